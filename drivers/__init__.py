@@ -1,0 +1,1 @@
+"""Everything that moves or measures, behind one interface (:mod:`drivers.base`)."""
