@@ -1,0 +1,37 @@
+# teleop — two commands: `make run` and `make test`. Both create .venv when missing.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+CONFIG ?= config/rover-sim.toml
+ARGS   ?=
+
+.PHONY: run test bench browser lint clean help
+
+help:
+	@echo "make run    - set up .venv and start the server on the simulator (http://127.0.0.1:8080)"
+	@echo "make test   - set up .venv and Chromium, run every test and the layer contracts"
+	@echo "make bench  - run the benchmarks and print the figures"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@rm -f $(VENV)/.installed-*
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m server --config $(CONFIG) $(ARGS)
+
+browser:
+	@bash scripts/install-browser.sh
+
+test: $(STAMP) browser
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache test-output .import_linter_cache

@@ -1,0 +1,323 @@
+"""The control loop: a dedicated thread at a fixed rate with absolute deadlines.
+
+Each tick: read the driver → run the safety supervisor → compute the command
+(setpoint, ramps, kinematics) → write the driver → publish a snapshot.
+
+It runs off the asyncio event-loop thread so that a stalled event loop cannot
+stall it (notes/performance.md: asyncio timers cannot hold 1 kHz; a thread with
+``SCHED_FIFO``, a 0.5 ms GIL switch interval and a sleep-then-spin tail can).
+Real-time priority is tried and reported; when the OS refuses it the loop runs
+at normal priority and says so.
+
+Deadlines advance by one period; when a tick lands a whole period late the
+missed deadlines are skipped and counted (ros2_control does the same), and the
+tick is an *overrun*. N consecutive overruns e-stop the robot.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from drivers.base import Driver
+from drivers.errors import DriverError
+from server.controller import RoverController
+from server.safety import Event, Inputs, Refused, State, Supervisor
+
+log = logging.getLogger(__name__)
+
+JITTER_WINDOW = 2048
+
+
+def _finite_or_none(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+class LoopStats:
+    """Tick timing, written by the loop thread; read (approximately) by others."""
+
+    def __init__(self, rate_hz: float) -> None:
+        self.rate_hz = rate_hz
+        self.ticks = 0
+        self.missed = 0
+        self.overruns = 0
+        self.realtime = "not started"
+        self.jitter_us = np.zeros(JITTER_WINDOW)
+        self.exec_us = np.zeros(JITTER_WINDOW)
+        self.started_t = time.monotonic()
+
+    def record(self, late_s: float, exec_s: float) -> None:
+        i = self.ticks % JITTER_WINDOW
+        self.jitter_us[i] = late_s * 1e6
+        self.exec_us[i] = exec_s * 1e6
+        self.ticks += 1
+
+    def to_json(self) -> dict[str, Any]:
+        n = min(self.ticks, JITTER_WINDOW)
+        window = self.jitter_us[:n] if n else np.zeros(1)
+        elapsed = time.monotonic() - self.started_t
+        return {
+            "rate_hz": self.rate_hz,
+            "measured_hz": round(self.ticks / elapsed, 2) if elapsed > 0 else 0.0,
+            "ticks": self.ticks,
+            "missed": self.missed,
+            "overruns": self.overruns,
+            "jitter_p50_us": round(float(np.percentile(window, 50)), 1),
+            "jitter_p99_us": round(float(np.percentile(window, 99)), 1),
+            "jitter_max_us": round(float(window.max()), 1),
+            "exec_p99_us": round(float(np.percentile(self.exec_us[:n] if n else np.zeros(1), 99)), 1),
+            "realtime": self.realtime,
+        }
+
+
+def try_realtime(priority: int = 50) -> str:
+    """Ask for SCHED_FIFO for the calling thread; returns what was granted."""
+    if not hasattr(os, "sched_setscheduler"):
+        return "unsupported"
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except (PermissionError, OSError) as err:
+        log.warning("real-time priority refused (%s); the control loop runs at normal priority", err)
+        return f"normal (SCHED_FIFO refused: {err.strerror or err})"
+    # the GIL's default 5 ms switch interval would otherwise delay the loop thread (notes/performance.md §1)
+    sys.setswitchinterval(5e-4)
+    return f"SCHED_FIFO {priority}"
+
+
+class ControlLoop:
+    """Owns the driver, the supervisor and the controller; every access goes through ``lock``."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        supervisor: Supervisor,
+        controller: RoverController,
+        rate_hz: float = 100.0,
+        spin_s: float = 200e-6,
+        realtime: bool = True,
+        event_log_size: int = 500,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.driver = driver
+        self.supervisor = supervisor
+        self.controller = controller
+        self.period_s = 1.0 / rate_hz
+        self.spin_s = min(spin_s, self.period_s / 2)
+        self.want_realtime = realtime
+        self.lock = threading.Lock()
+        self.stats = LoopStats(rate_hz)
+        self.events: collections.deque[Event] = collections.deque(maxlen=event_log_size)
+        self.on_event = on_event
+        self.setpoint = (0.0, 0.0)
+        self.seq = 0
+        self.latest: dict[str, Any] = {}
+        self.halt_count = 0
+        self._cut = False
+        self._last_frame_host_t = -math.inf
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consecutive_late = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 2.0) -> None:
+        """Halt the robot first, then stop the thread."""
+        self._halt()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._halt()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _halt(self) -> None:
+        self.halt_count += 1
+        try:
+            self.driver.halt()
+        except Exception:  # halt() must never raise; if a driver's does, stay safe anyway
+            log.exception("driver.halt() raised")
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        self.stats.realtime = try_realtime() if self.want_realtime else "normal (realtime disabled in config)"
+        log.info("control loop at %.0f Hz, %s", 1.0 / self.period_s, self.stats.realtime)
+        period = self.period_s
+        clock = time.monotonic
+        next_t = clock() + period
+        last_t = clock() - period
+        self.stats.started_t = clock()
+        while not self._stop.is_set():
+            remaining = next_t - clock() - self.spin_s
+            if remaining > 0:
+                time.sleep(remaining)
+            while clock() < next_t:
+                pass
+            now = clock()
+            late = now - next_t
+            overrun = False
+            if late >= period:
+                skipped = int(late // period)
+                self.stats.missed += skipped
+                self.stats.overruns += 1
+                next_t += skipped * period
+                overrun = True
+            dt = now - last_t
+            last_t = now
+            try:
+                self._tick(now, dt, overrun)
+            except Exception:  # a bug in the tick must not leave the robot moving
+                log.exception("control tick failed; halting")
+                self._halt()
+                with self.lock:
+                    self.supervisor.evaluate(Inputs(now, None, "control loop error (see log)"))
+                    self._drain_events()
+            self.stats.record(late, clock() - now)
+            next_t += period
+
+    def _tick(self, now: float, dt: float, overrun: bool) -> None:
+        with self.lock:
+            sup = self.supervisor
+            values = None
+            err = None
+            truth: dict[str, Any] = {}
+            try:
+                frame = self.driver.read(dt)
+                values = frame.values
+                truth = frame.truth
+                self._last_frame_host_t = now
+            except DriverError as e:
+                err = f"{type(e).__name__}: {e}"
+            except Exception as e:  # an unexpected driver bug is a fault too
+                err = f"unexpected {type(e).__name__}: {e}"
+            measured = values.get("linear_m_s", 0.0) if values else 0.0
+            ctrl = self.controller
+            lin = ctrl.linear if abs(ctrl.linear) >= abs(measured) else measured
+            was = sup.state
+            sup.evaluate(Inputs(now, values, err, self._last_frame_host_t, overrun, lin,
+                                ctrl.angular, ctrl.stopped))
+            mode = sup.output_mode()
+            if sup.state is not was and sup.state is State.RUNNING:
+                ctrl.reset()
+            lin_sp, ang_sp = self.setpoint if mode == "track" else (0.0, 0.0)
+            command = ctrl.update(dt, mode, lin_sp, ang_sp)
+            if mode == "ramp" and ctrl.stopped and sup.state is State.ESTOP:
+                mode = "cut"  # category 1: cut once the ramp has reached zero
+            if mode == "cut":
+                if not self._cut:
+                    self._halt()
+                    self._cut = True
+            else:
+                self._cut = False
+                if values is not None:
+                    try:
+                        self.driver.write(command)
+                    except DriverError as e:
+                        self._halt()
+                        sup.evaluate(Inputs(now, None, f"write failed: {e}"))
+            if sup.state is not State.RUNNING:
+                self.setpoint = (0.0, 0.0)
+            self.seq += 1
+            self.latest = {
+                "seq": self.seq,
+                "t": time.time(),
+                "state": sup.state.value,
+                "cause": sup.cause.to_json() if sup.cause else None,
+                "setpoint": {"linear": self.setpoint[0], "angular": self.setpoint[1]},
+                "command": {"linear": ctrl.linear, "angular": ctrl.angular},
+                "values": {k: _finite_or_none(v) for k, v in (values or sup.last_values).items()},
+                "truth": truth,
+                "link": {
+                    "age_s": round(now - sup.last_command_t, 4) if math.isfinite(sup.last_command_t) else None,
+                    "timeout_s": sup.cfg.command_timeout_s,
+                },
+            }
+            self._drain_events()
+
+    def _drain_events(self) -> None:
+        """Move the supervisor's new events to the log and the listener (called under the lock)."""
+        sup = self.supervisor
+        if not sup.events:
+            return
+        for ev in sup.events:
+            self.events.append(ev)
+            (log.warning if ev.kind == "safety" else log.info)(
+                "%s: %s (%s → %s)", ev.trigger, ev.message, ev.state_before, ev.state_after)
+            if self.on_event is not None:
+                try:
+                    self.on_event(ev)
+                except Exception:
+                    log.exception("event listener failed")
+        sup.events.clear()
+
+    # ------------------------------------------------------------------ operator requests
+    def _request(self, fn: Callable[[], Any]) -> str:
+        with self.lock:
+            try:
+                fn()
+            finally:
+                self._drain_events()
+            return self.supervisor.state.value
+
+    def start_robot(self) -> str:
+        def go() -> None:
+            self.supervisor.request_start(time.monotonic())
+            self.setpoint = (0.0, 0.0)
+        return self._request(go)
+
+    def stop_robot(self) -> str:
+        return self._request(lambda: self.supervisor.request_stop(time.monotonic()))
+
+    def estop(self, reason: str = "") -> str:
+        def go() -> None:
+            self.supervisor.request_estop(time.monotonic(), reason)
+            self.setpoint = (0.0, 0.0)
+            if self.supervisor.output_mode() == "cut":
+                self._halt()  # do not wait for the next tick
+                self._cut = True
+        return self._request(go)
+
+    def reset(self) -> str:
+        return self._request(lambda: self.supervisor.request_reset(time.monotonic()))
+
+    def heartbeat(self) -> str:
+        return self._request(lambda: self.supervisor.touch(time.monotonic()))
+
+    def set_speed(self, linear: float, angular: float, ttl_s: float | None = None) -> str:
+        def go() -> None:
+            now = time.monotonic()
+            self.supervisor.check_speed(now, linear, angular)
+            self.supervisor.touch(now)
+            self.supervisor.set_ttl(now, ttl_s)
+            self.setpoint = (linear, angular)
+        return self._request(go)
+
+    def set_acquisition(self, rate_hz: float, channels: list[str]):
+        with self.lock:
+            return self.driver.set_acquisition(rate_hz, channels)
+
+    def driver_debug(self, command: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            return self.driver.debug(command)
+
+    def snapshot(self) -> dict[str, Any]:
+        snap = dict(self.latest)
+        snap["loop"] = self.stats.to_json()
+        return snap
+
+
+__all__ = ["ControlLoop", "LoopStats", "Refused", "try_realtime"]

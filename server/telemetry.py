@@ -1,0 +1,142 @@
+"""Telemetry fan-out: serialise a snapshot once per publish, one latest-wins slot per client.
+
+The producer never awaits a client: it swaps the new message into each client's
+one-slot mailbox (counting a drop when the previous one was never sent) and
+sets an event. Each client has its own writer task, so one slow browser can only
+fall behind itself. Control replies and safety events go through a small
+bounded queue per client that the writer sends before the next snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import math
+import time
+import weakref
+from typing import Any, Callable
+
+from aiohttp import WSCloseCode, web
+
+log = logging.getLogger(__name__)
+
+MAX_CONTROL_QUEUE = 256
+
+
+def sanitize(obj: Any) -> Any:
+    """Replace NaN/inf with None so the JSON is valid (JSON has no NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [sanitize(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(sanitize(obj), separators=(",", ":"), allow_nan=False)
+
+
+class Client:
+    """One websocket subscriber: a latest-wins telemetry slot plus a bounded control queue."""
+
+    def __init__(self, ws: web.WebSocketResponse, peer: str) -> None:
+        self.ws = ws
+        self.peer = peer
+        self.slot: str | None = None
+        self.control: collections.deque[str] = collections.deque(maxlen=MAX_CONTROL_QUEUE)
+        self.wake = asyncio.Event()
+        self.dropped = 0
+        self.sent = 0
+        self.closed = False
+
+    def offer(self, data_json: str) -> None:
+        if self.slot is not None:
+            self.dropped += 1
+        self.slot = data_json
+        self.wake.set()
+
+    def send_control(self, message: dict[str, Any] | str) -> None:
+        self.control.append(message if isinstance(message, str) else dumps(message))
+        self.wake.set()
+
+    async def writer(self) -> None:
+        ws = self.ws
+        try:
+            while not ws.closed:
+                await self.wake.wait()
+                self.wake.clear()
+                while self.control and not ws.closed:
+                    await ws.send_str(self.control.popleft())
+                data, self.slot = self.slot, None
+                if data is not None and not ws.closed:
+                    await ws.send_str(f'{{"type":"telemetry","dropped":{self.dropped},"data":{data}}}')
+                    self.sent += 1
+        except (ConnectionResetError, RuntimeError, asyncio.CancelledError):
+            pass
+        finally:
+            self.closed = True
+
+
+class TelemetryHub:
+    """Publishes ``snapshot_fn()`` to every client at ``rate_hz``."""
+
+    def __init__(self, snapshot_fn: Callable[[], dict[str, Any]], rate_hz: float, max_clients: int = 100) -> None:
+        self.snapshot_fn = snapshot_fn
+        self.period_s = 1.0 / rate_hz
+        self.max_clients = max_clients
+        self.clients: weakref.WeakSet[Client] = weakref.WeakSet()
+        self.published = 0
+        self.last_json = "{}"
+        self._task: asyncio.Task | None = None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_t = loop.time()
+        last_seq = None
+        while True:
+            next_t += self.period_s
+            delay = next_t - loop.time()
+            if delay < -self.period_s:  # the event loop stalled: skip, don't burst
+                next_t = loop.time()
+            await asyncio.sleep(max(0.0, delay))
+            snap = self.snapshot_fn()
+            if not snap or snap.get("seq") == last_seq:
+                continue
+            last_seq = snap.get("seq")
+            data = dumps(snap)  # serialise once for every client
+            self.last_json = data
+            self.published += 1
+            for c in list(self.clients):
+                c.offer(data)
+
+    def broadcast(self, message: dict[str, Any]) -> None:
+        """Queue a control-plane message (an event) for every client."""
+        text = dumps(message)
+        for c in list(self.clients):
+            c.send_control(text)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name="telemetry-hub")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for c in list(self.clients):
+            await c.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+
+    def stats(self) -> dict[str, Any]:
+        clients = list(self.clients)
+        return {
+            "clients": len(clients),
+            "published": self.published,
+            "dropped": sum(c.dropped for c in clients),
+            "t": time.time(),
+        }
