@@ -139,14 +139,18 @@ class World:
         with np.errstate(divide="ignore", invalid="ignore"):
             t = (px * dy - py * dx) / den  # distance along the ray
             u = (px * ry - py * rx) / den  # position along the segment, 0..1
-        ok = (np.abs(den) > 1e-12) & (t >= 0.0) & (u >= 0.0) & (u <= 1.0)
+        # a small tolerance on u so a ray through a shared corner cannot slip
+        # between two edges on rounding (grazing a box corner gave math.inf)
+        ok = (np.abs(den) > 1e-12) & (t >= 0.0) & (u >= -1e-9) & (u <= 1.0 + 1e-9)
         if not ok.any():
             return math.inf
         d = float(t[ok].min())
         return d if d <= max_range else math.inf
 
     def clearance(self, x: float, y: float) -> float:
-        """Distance from point (x, y) to the nearest edge, metres."""
+        """Distance from point (x, y) to the nearest edge, metres; ``math.inf`` with no edges."""
+        if len(self._p) == 0:
+            return math.inf
         p = np.array([x, y])
         rel = p - self._p
         dd = (self._d ** 2).sum(axis=1)
