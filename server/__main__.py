@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         asyncio.run(serve(cfg, host, port))
+    except ConfigError as err:
+        print(f"teleop: configuration error: {err}", file=sys.stderr)
+        return 2
     except DriverError as err:
         print(f"teleop: driver error at start-up: {err}", file=sys.stderr)
         return 3

@@ -21,7 +21,7 @@ from drivers.base import Driver
 from drivers.errors import AcquisitionError, DriverError
 from drivers.registry import driver_class
 from server import commands
-from server.config import REPO_ROOT
+from server.config import REPO_ROOT, ConfigError
 from server.control_loop import ControlLoop
 from server.controller import Limits, RoverController
 from server.errors import ApiError, MalformedError, ValidationError, error_middleware
@@ -42,14 +42,23 @@ JINJA = web.AppKey("jinja", jinja2.Environment)
 
 
 def build_driver(cfg: dict[str, Any]) -> Driver:
+    """Instantiate the configured driver; bad driver settings are a :class:`ConfigError`."""
     settings = dict(cfg["driver"])
     name = settings.pop("name", "sim")
-    cls = driver_class(name)
-    if name == "sim":
-        settings.setdefault("wheel_radius_m", cfg["robot"]["wheel_radius_m"])
-        settings.setdefault("track_m", cfg["robot"]["track_m"])
-        return cls(settings, cfg["sim"]["world"], seed=int(settings.pop("seed", 0)))
-    return cls(settings)
+    try:
+        cls = driver_class(name)
+        if name == "sim":
+            rover = dict(settings.get("rover", {}))
+            rover.setdefault("wheel_radius_m", cfg["robot"]["wheel_radius_m"])
+            rover.setdefault("track_m", cfg["robot"]["track_m"])
+            settings["rover"] = rover
+            seed = settings.pop("seed", 0)
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise ValueError("seed must be an integer")
+            return cls(settings, cfg["sim"]["world"], seed=seed)
+        return cls(settings)
+    except (ValueError, TypeError, DriverError) as err:
+        raise ConfigError(f"{cfg.get('_source', '<config>')}: [driver] {err}") from err
 
 
 def robot_description(app: web.Application) -> dict[str, Any]:
@@ -145,6 +154,12 @@ async def put_acquisition(request: web.Request) -> web.Response:
     return web.json_response(acquisition_json(request.app))
 
 
+async def get_telemetry_stats(request: web.Request) -> web.Response:
+    hub = request.app[HUB]
+    clients = [{"peer": c.peer, "sent": c.sent, "dropped": c.dropped} for c in list(hub.clients)]
+    return web.json_response({**hub.stats(), "per_client": clients})
+
+
 async def index(request: web.Request) -> web.Response:
     env = request.app[JINJA]
     try:
@@ -214,8 +229,9 @@ def handle_ws_message(loop: ControlLoop, limits: Limits, text: str) -> dict[str,
 async def debug_block(request: web.Request) -> web.Response:
     """Block the event loop on purpose (tests prove the safety path does not need it)."""
     seconds = number(await read_body(request), "seconds", 0.0, 30.0)
+    t0 = time.monotonic()
     time.sleep(seconds)  # noqa: ASYNC251 - blocking is the point of this route
-    return web.json_response({"ok": True, "blocked_s": seconds})
+    return web.json_response({"ok": True, "blocked_s": seconds, "t_start": t0, "t_end": time.monotonic()})
 
 
 async def debug_driver(request: web.Request) -> web.Response:
@@ -243,6 +259,12 @@ async def robot_ctx(app: web.Application):
 
     loop.on_event = on_event
     loop.start()
+    deadline = aio_loop.time() + 5.0
+    while loop.seq == 0:  # serve only once the first snapshot exists
+        if aio_loop.time() > deadline or not loop.alive:
+            loop.shutdown()
+            raise DriverError("the control loop produced no first tick within 5 s")
+        await asyncio.sleep(0.005)
     await hub.start()
     try:
         yield
@@ -279,6 +301,7 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
     r.add_get("/api/acquisition", get_acquisition)
     r.add_put("/api/acquisition", put_acquisition)
     r.add_post("/api/{name}", handle_command)
+    r.add_get("/api/telemetry", get_telemetry_stats)
     r.add_get("/ws/telemetry", telemetry_ws)
     if cfg["debug"]["routes"]:
         r.add_post("/api/debug/block", debug_block)

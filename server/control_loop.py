@@ -221,6 +221,7 @@ class ControlLoop:
                 if not self._cut:
                     self._halt()
                     self._cut = True
+                    self._outputs_zero_event(now)
             else:
                 self._cut = False
                 if values is not None:
@@ -248,12 +249,24 @@ class ControlLoop:
             }
             self._drain_events()
 
+    def _outputs_zero_event(self, now: float) -> None:
+        """Log when the outputs reached zero after a stop trigger (the stop latency, server side)."""
+        cause = self.supervisor.cause
+        if cause is None:
+            return
+        self.supervisor.events.append(Event(
+            now, "outputs_zero", f"outputs cut {now - cause.t:.4f} s after {cause.trigger}",
+            self.supervisor.state.value, self.supervisor.state.value, kind="info",
+            values={"after_trigger_s": round(now - cause.t, 6), "trigger": cause.trigger},
+        ))
+
     def _drain_events(self) -> None:
         """Move the supervisor's new events to the log and the listener (called under the lock)."""
         sup = self.supervisor
         if not sup.events:
             return
         for ev in sup.events:
+            ev.wall_t = time.time() - (time.monotonic() - ev.t)
             self.events.append(ev)
             (log.warning if ev.kind == "safety" else log.info)(
                 "%s: %s (%s → %s)", ev.trigger, ev.message, ev.state_before, ev.state_after)
@@ -271,6 +284,12 @@ class ControlLoop:
                 fn()
             finally:
                 self._drain_events()
+                sup = self.supervisor
+                # the snapshot must not show the state from before this request until the next tick
+                self.latest = {**self.latest, "state": sup.state.value,
+                               "cause": sup.cause.to_json() if sup.cause else None,
+                               "setpoint": {"linear": self.setpoint[0], "angular": self.setpoint[1]},
+                               "command": {"linear": self.controller.linear, "angular": self.controller.angular}}
             return self.supervisor.state.value
 
     def start_robot(self) -> str:
@@ -286,9 +305,11 @@ class ControlLoop:
         def go() -> None:
             self.supervisor.request_estop(time.monotonic(), reason)
             self.setpoint = (0.0, 0.0)
-            if self.supervisor.output_mode() == "cut":
+            if self.supervisor.output_mode() == "cut" and not self._cut:
                 self._halt()  # do not wait for the next tick
                 self._cut = True
+                self.controller.reset()
+                self._outputs_zero_event(time.monotonic())
         return self._request(go)
 
     def reset(self) -> str:

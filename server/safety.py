@@ -76,10 +76,11 @@ class Event:
     state_after: str
     kind: str = "safety"
     values: dict[str, Any] = field(default_factory=dict)
+    wall_t: float | None = None  # unix time, stamped by the control loop (``t`` is monotonic)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "t": self.t, "trigger": self.trigger, "message": self.message, "values": self.values,
+            "t": self.t, "wall_t": self.wall_t, "trigger": self.trigger, "message": self.message, "values": self.values,
             "state_before": self.state_before, "state_after": self.state_after, "kind": self.kind,
         }
 
@@ -271,7 +272,7 @@ class Supervisor:
         if now - self.last_frame_t > self.cfg.sensor_stale_s:
             return "sensor data stale"
         if self.cause is not None and self.cause.trigger == Trigger.RULE.value:
-            for rule, v in self.active_rules(0.0, 0.0, state=State.IDLE):
+            for rule, v in self.active_rules(0.0, 0.0, state=State.RUNNING):
                 return f"rule {rule.name} still active: {rule.message} ({rule.channel}={v:.4g})"
         return None
 
