@@ -245,6 +245,7 @@ class Client:
     dropped: int = 0
     acked: int = 0
     last_seq: int = 0
+    first_seq: int = 0  # the oldest frame this client could have received
     in_flight: int | None = None  # seq sent and not yet acked (websocket only)
     status_dirty: bool = False
     outbox: collections.deque = field(default_factory=collections.deque)
@@ -282,6 +283,8 @@ class VideoService:
         self._handover_scheduled = False
         # loop side
         self.latest: EncodedFrame | None = None
+        self._loop_seq = 0  # newest seq the loop has seen
+        self._coalesced = 0  # frames replaced in the hand-over before the loop saw them
         self._clients: dict[int, Client] = {}
         self._ids = itertools.count(1)
         # status, written by the thread under the lock
@@ -372,6 +375,7 @@ class VideoService:
             c["seq"] = self._seq
         recent = [t for t in ts if t >= time.monotonic() - 2.0]  # a stalled camera reads 0, not its old rate
         n = len(recent)
+        c["coalesced"] = self._coalesced
         c["fps_measured"] = round((n - 1) / (recent[-1] - recent[0]), 2) if n > 1 and recent[-1] > recent[0] else 0.0
         return c
 
@@ -397,6 +401,7 @@ class VideoService:
     # ---------------------------------------------------------------- clients (event loop)
     def add_client(self, kind: str, remote: str | None) -> Client:
         c = Client(next(self._ids), kind, remote)
+        c.first_seq = self.latest.seq if self.latest is not None else self._loop_seq + 1
         self._clients[c.id] = c
         c.wake.set()
         return c
@@ -429,9 +434,21 @@ class VideoService:
             self._handover_scheduled = False
         if frame is None:
             return
-        self.latest = frame
+        if self._loop_seq and frame.seq > self._loop_seq + 1:
+            self._coalesced += frame.seq - self._loop_seq - 1
+        self._loop_seq = frame.seq
+        self._replace_latest(frame)
         for c in self._clients.values():
             c.wake.set()
+
+    def _replace_latest(self, frame: EncodedFrame | None) -> None:
+        # a client's drop = a frame that was the latest while it watched and never went to it
+        prev = self.latest
+        if prev is not None:
+            for c in self._clients.values():
+                if c.first_seq <= prev.seq and c.last_seq < prev.seq:
+                    c.dropped += 1
+        self.latest = frame
 
     def _call_on_loop(self, fn: Callable[[], None]) -> None:
         loop = self._loop
@@ -450,7 +467,7 @@ class VideoService:
             with self._lock:
                 pending = self._pending
             if pending is None:
-                self.latest = None  # no stale picture for snapshots or new viewers
+                self._replace_latest(None)  # no stale picture for snapshots or new viewers
         for c in self._clients.values():
             c.status_dirty = True
             c.wake.set()
@@ -709,12 +726,10 @@ async def _ws_sender(ws: web.WebSocketResponse, client: Client, service: VideoSe
                 client.status_dirty = False
                 await ws.send_str(service.status_message())
             if client.in_flight is not None:
-                continue  # no credit: the frames published meanwhile show up as ``dropped``
+                continue  # no credit: frames replaced meanwhile count as ``dropped``
             f = service.latest
             if f is None or f.seq <= client.last_seq:
                 continue
-            if client.last_seq:
-                client.dropped += f.seq - client.last_seq - 1
             client.in_flight = client.last_seq = f.seq
             await ws.send_bytes(f.message)
             client.sent += 1
@@ -751,9 +766,7 @@ async def _mjpeg(request: web.Request) -> web.StreamResponse:
             if f is None or f.seq <= client.last_seq:
                 continue
             if transport.get_write_buffer_size() > 0:
-                continue  # the previous frame has not drained: skip (counted by the seq gap)
-            if client.last_seq:
-                client.dropped += f.seq - client.last_seq - 1
+                continue  # the previous frame has not drained: skip it (counted as dropped when replaced)
             client.last_seq = f.seq
             await resp.write(f.mjpeg_part)
             client.sent += 1

@@ -1,0 +1,394 @@
+"""A synthetic first-person camera: the :class:`~sim.world.World` drawn in perspective with OpenCV.
+
+What it draws, back to front: sky and ground split at the true horizon (which
+follows the camera's roll and pitch), ramps as tinted floor patches, a floor
+grid over the field, the field walls and box obstacles as shaded faces
+(painter's algorithm, back faces culled, clipped at the near plane so
+geometry beside or behind the camera never folds over the image), and a text
+overlay with the sim time and frame number.
+
+Frames (REP-103): world x east, y north, z up. The robot pose is a mapping with
+``x, y, z`` (m, z of the ground contact) and ``yaw, pitch, roll`` (rad) where
+R_world_body = Rz(yaw)·Ry(pitch)·Rx(roll), body x forward, y left, z up:
+positive pitch is nose down, positive roll is right side down. The camera sits
+on the body at :class:`CameraMount` and looks along body x, tilted down by
+``mount.pitch_rad``. Image pixels: u right, v down, origin top left.
+
+Pure and deterministic: the same inputs give the same image; sensor noise is
+drawn only from the ``rng`` passed in. Nothing reads the wall clock.
+
+>>> from sim.world import World
+>>> w = World.from_config({"size_m": [6.0, 4.0]})
+>>> img = render(w, {"x": 1.0, "y": 2.0, "yaw": 0.0}, CameraIntrinsics(160, 120), t_s=0.0, frame_no=0)
+>>> img.shape, img.dtype.name
+((120, 160, 3), 'uint8')
+>>> bool((img == render(w, {"x": 1.0, "y": 2.0, "yaw": 0.0}, CameraIntrinsics(160, 120), 0.0, 0)).all())
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Mapping
+
+import cv2
+import numpy as np
+
+from sim.world import World
+
+#: height of walls (the world is a plan; walls have no height of their own), m
+WALL_HEIGHT_M = 0.5
+#: spacing of the floor grid, m
+GRID_STEP_M = 0.5
+
+# BGR colours
+SKY_BGR = (235, 206, 160)
+HAZE_BGR = (245, 235, 215)
+GROUND_BGR = (92, 112, 104)
+GRID_BGR = (150, 165, 160)
+RAMP_BGR = (70, 130, 170)
+WALL_BGR = np.array((190, 190, 200), dtype=float)
+BOX_BGR = np.array((60, 120, 215), dtype=float)
+TEXT_BGR = (255, 255, 255)
+
+# light direction (world, unit), from the south-east and above: faces get distinct shades
+_LIGHT = np.array([0.4, -0.6, 0.7])
+_LIGHT /= np.linalg.norm(_LIGHT)
+
+
+@dataclass(frozen=True)
+class CameraIntrinsics:
+    """An ideal pinhole camera: image size (px), horizontal field of view (rad), sensor noise.
+
+    ``noise_sigma`` is the standard deviation of Gaussian noise in grey levels,
+    added only when :func:`render` gets an ``rng``. ``near_m`` is the near
+    clipping plane.
+
+    >>> round(CameraIntrinsics(640, 480, math.radians(90)).focal_px, 6)
+    320.0
+    """
+
+    width: int = 640
+    height: int = 480
+    hfov_rad: float = math.radians(70.0)
+    noise_sigma: float = 0.0
+    near_m: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.width < 8 or self.height < 8:
+            raise ValueError("image must be at least 8x8 pixels")
+        if not 0.0 < self.hfov_rad < math.pi:
+            raise ValueError("hfov_rad must be in (0, pi)")
+        if self.noise_sigma < 0 or self.near_m <= 0:
+            raise ValueError("noise_sigma must be >= 0 and near_m > 0")
+
+    @property
+    def focal_px(self) -> float:
+        """Focal length in pixels (square pixels)."""
+        return (self.width / 2.0) / math.tan(self.hfov_rad / 2.0)
+
+
+@dataclass(frozen=True)
+class CameraMount:
+    """Where the camera sits on the robot, in the body frame (m, rad).
+
+    ``pitch_rad`` tilts it down (positive, like body pitch).
+    """
+
+    forward_m: float = 0.10
+    height_m: float = 0.25
+    pitch_rad: float = 0.0
+
+
+def rotation_world_body(yaw: float, pitch: float, roll: float) -> np.ndarray:
+    """R_world_body = Rz(yaw)·Ry(pitch)·Rx(roll).
+
+    >>> R = rotation_world_body(0.0, 0.1, 0.0)
+    >>> bool(R[2, 0] < 0)      # nose down: body x points below the horizon
+    True
+    """
+    cy, sy = math.cos(yaw), math.sin(yaw)
+    cp, sp = math.cos(pitch), math.sin(pitch)
+    cr, sr = math.cos(roll), math.sin(roll)
+    rz = np.array([[cy, -sy, 0.0], [sy, cy, 0.0], [0.0, 0.0, 1.0]])
+    ry = np.array([[cp, 0.0, sp], [0.0, 1.0, 0.0], [-sp, 0.0, cp]])
+    rx = np.array([[1.0, 0.0, 0.0], [0.0, cr, -sr], [0.0, sr, cr]])
+    return rz @ ry @ rx
+
+
+def camera_pose(pose: Mapping[str, float], mount: CameraMount) -> tuple[np.ndarray, np.ndarray]:
+    """Camera centre in the world (3,) and R_world_cam (3, 3), camera axes x forward, y left, z up."""
+    R_wb = rotation_world_body(float(pose.get("yaw", 0.0)), float(pose.get("pitch", 0.0)), float(pose.get("roll", 0.0)))
+    p = np.array([float(pose.get("x", 0.0)), float(pose.get("y", 0.0)), float(pose.get("z", 0.0))])
+    centre = p + R_wb @ np.array([mount.forward_m, 0.0, mount.height_m])
+    cp, sp = math.cos(mount.pitch_rad), math.sin(mount.pitch_rad)
+    R_bc = np.array([[cp, 0.0, sp], [0.0, 1.0, 0.0], [-sp, 0.0, cp]])
+    return centre, R_wb @ R_bc
+
+
+class _Projector:
+    """World points → camera coordinates → pixels, for one camera pose."""
+
+    def __init__(self, centre: np.ndarray, R_world_cam: np.ndarray, k: CameraIntrinsics) -> None:
+        self.c = centre
+        self.R = R_world_cam
+        self.f = k.focal_px
+        self.cx = k.width / 2.0
+        self.cy = k.height / 2.0
+        self.near = k.near_m
+
+    def to_cam(self, pts: np.ndarray) -> np.ndarray:
+        """(..., 3) world → (..., 3) camera (x forward = depth, y left, z up)."""
+        return (pts - self.c) @ self.R
+
+    def to_px(self, cam: np.ndarray) -> np.ndarray:
+        """(..., 3) camera points with depth ≥ near → (..., 2) pixel coordinates (float)."""
+        inv = self.f / cam[..., 0]
+        return np.stack((self.cx - cam[..., 1] * inv, self.cy - cam[..., 2] * inv), axis=-1)
+
+
+# fixed-point pixel coordinates for OpenCV drawing (sub-pixel accurate edges)
+_SHIFT = 4
+_SCALE = float(1 << _SHIFT)
+_LIMIT = 1e6  # px; keeps fixed-point values well inside int32 after near-plane clipping
+
+
+def _fixed(px: np.ndarray) -> np.ndarray:
+    return np.round(np.clip(px, -_LIMIT, _LIMIT) * _SCALE).astype(np.int32)
+
+
+def _clip_polygon_near(cam: np.ndarray, near: float) -> np.ndarray:
+    """Sutherland–Hodgman against the plane depth = near; (N, 3) → (M, 3), M may be 0."""
+    out = []
+    n = len(cam)
+    for i in range(n):
+        a, b = cam[i], cam[(i + 1) % n]
+        a_in, b_in = a[0] >= near, b[0] >= near
+        if a_in:
+            out.append(a)
+        if a_in != b_in:
+            t = (near - a[0]) / (b[0] - a[0])
+            out.append(a + t * (b - a))
+    return np.array(out).reshape(-1, 3)
+
+
+def _horizon(proj: _Projector, w: int, h: int) -> tuple[np.ndarray | None, tuple[float, float, float]]:
+    """The ground polygon in pixels (image rectangle ∩ rays pointing down) and the horizon line a·u + b·v + c = 0."""
+    r = proj.R[2]  # world-z component of the camera axes
+    # ray through (u, v) in camera axes: (1, -(u - cx)/f, -(v - cy)/f); its world z is linear in u, v
+    a = -r[1] / proj.f
+    b = -r[2] / proj.f
+    c = r[0] + r[1] * proj.cx / proj.f + r[2] * proj.cy / proj.f
+    rect = np.array([[0.0, 0.0], [w, 0.0], [w, h], [0.0, h]])
+    g = rect @ np.array([a, b]) + c  # < 0: looking down at the ground
+    pts = []
+    for i in range(4):
+        p, q, gp, gq = rect[i], rect[(i + 1) % 4], g[i], g[(i + 1) % 4]
+        if gp < 0:
+            pts.append(p)
+        if (gp < 0) != (gq < 0):
+            pts.append(p + (gp / (gp - gq)) * (q - p))
+    return (np.array(pts) if len(pts) >= 3 else None), (a, b, c)
+
+
+def _grid_segments(world: World, step: float) -> np.ndarray:
+    """Floor grid lines over the field as (N, 2, 3) world segments at z = 0."""
+    xs = np.arange(0.0, world.width_m + 1e-9, step)
+    ys = np.arange(0.0, world.height_m + 1e-9, step)
+    v = np.zeros((len(xs), 2, 3))
+    v[:, :, 0] = xs[:, None]
+    v[:, 1, 1] = world.height_m
+    hz = np.zeros((len(ys), 2, 3))
+    hz[:, :, 1] = ys[:, None]
+    hz[:, 1, 0] = world.width_m
+    return np.concatenate((v, hz))
+
+
+def _draw_segments(img: np.ndarray, proj: _Projector, seg: np.ndarray, colour, thickness: int = 1) -> None:
+    """Draw (N, 2, 3) world segments clipped at the near plane, in one ``cv2.polylines`` call."""
+    cam = proj.to_cam(seg)
+    d0, d1 = cam[:, 0, 0], cam[:, 1, 0]
+    keep = (d0 >= proj.near) | (d1 >= proj.near)
+    cam, d0, d1 = cam[keep], d0[keep], d1[keep]
+    if not len(cam):
+        return
+    # move the endpoint behind the near plane onto it (vectorised one-plane clip)
+    t = np.where(d0 == d1, 0.0, (proj.near - d0) / np.where(d0 == d1, 1.0, d1 - d0))
+    p_near = cam[:, 0] + t[:, None] * (cam[:, 1] - cam[:, 0])
+    cam[:, 0] = np.where((d0 < proj.near)[:, None], p_near, cam[:, 0])
+    cam[:, 1] = np.where((d1 < proj.near)[:, None], p_near, cam[:, 1])
+    px = _fixed(proj.to_px(cam))
+    cv2.polylines(img, list(px.reshape(-1, 2, 1, 2)), False, colour, thickness, cv2.LINE_8, _SHIFT)
+
+
+def _faces(world: World) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every solid face as quads.
+
+    Returns vertices (M, 4, 3), outward normals (M, 3) (zero for two-sided
+    walls), base colours (M, 3), plan footprints for ordering (M, 2, 2) and a
+    group key (M,): -1 for field walls (always farthest seen from inside), else
+    the wall or box index.
+    """
+    verts, normals, colours, foot, group = [], [], [], [], []
+    n_boundary = 4 if len(world.walls) >= 4 else 0
+    for i, s in enumerate(world.walls):
+        a, b = (s.x0, s.y0), (s.x1, s.y1)
+        verts.append([(*a, 0.0), (*b, 0.0), (*b, WALL_HEIGHT_M), (*a, WALL_HEIGHT_M)])
+        normals.append((0.0, 0.0, 0.0))
+        colours.append(WALL_BGR)
+        foot.append([a, b])
+        group.append(-1 if i < n_boundary else i)
+    for j, box in enumerate(world.boxes):
+        k = box.corners()  # counter-clockwise seen from above
+        h = box.height_m
+        g = len(world.walls) + j
+        for i in range(4):
+            a, b = k[i], k[(i + 1) % 4]
+            e = b - a
+            n = np.array([e[1], -e[0], 0.0]) / max(float(np.hypot(*e)), 1e-12)  # right of a CCW edge = outward
+            verts.append([(*a, 0.0), (*b, 0.0), (*b, h), (*a, h)])
+            normals.append(n)
+            colours.append(BOX_BGR)
+            foot.append([a, b])
+            group.append(g)
+        verts.append([(*k[0], h), (*k[1], h), (*k[2], h), (*k[3], h)])
+        normals.append((0.0, 0.0, 1.0))
+        colours.append(BOX_BGR)
+        foot.append([k[0], k[2]])
+        group.append(g)
+    if not verts:
+        z = np.zeros((0,))
+        return z.reshape(0, 4, 3), z.reshape(0, 3), z.reshape(0, 3), z.reshape(0, 2, 2), z.astype(int)
+    return (np.array(verts, float), np.array(normals, float), np.array(colours, float),
+            np.array(foot, float), np.array(group, int))
+
+
+def _segment_distance(p: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """Plan distance from point p (2,) to segments (M, 2, 2)."""
+    a, d = seg[:, 0], seg[:, 1] - seg[:, 0]
+    dd = (d * d).sum(1)
+    u = np.clip(((p - a) * d).sum(1) / np.where(dd > 0, dd, 1.0), 0.0, 1.0)
+    return np.hypot(*(a + d * u[:, None] - p).T)
+
+
+def _draw_solids(img: np.ndarray, proj: _Projector, world: World) -> None:
+    verts, normals, colours, foot, group = _faces(world)
+    if not len(verts):
+        return
+    centre = proj.c
+    mid = verts.mean(axis=1)
+    two_sided = ~normals.any(axis=1)
+    to_cam = centre - mid
+    # two-sided walls turn their normal to the camera; box faces turned away from it are culled
+    wall_n = np.zeros_like(normals)
+    e = verts[:, 1, :2] - verts[:, 0, :2]
+    wall_n[:, 0], wall_n[:, 1] = -e[:, 1], e[:, 0]
+    wall_n /= np.maximum(np.linalg.norm(wall_n, axis=1, keepdims=True), 1e-12)
+    flip = (wall_n * to_cam).sum(1) < 0
+    wall_n[flip] *= -1.0
+    normals = np.where(two_sided[:, None], wall_n, normals)
+    visible = (normals * to_cam).sum(1) > 1e-9
+    # shade: ambient + diffuse, so adjacent faces differ
+    shade = 0.55 + 0.45 * np.clip(normals @ _LIGHT, 0.0, 1.0)
+    colour = np.clip(colours * shade[:, None], 0, 255)
+    # painter's order: farthest first by plan distance of each group's nearest footprint point
+    dist = _segment_distance(centre[:2], foot)
+    order_key = np.empty(len(verts))
+    for g in np.unique(group):
+        m = group == g
+        order_key[m] = np.inf if g < 0 else dist[m].min()
+    order = np.lexsort((-dist, -order_key))
+    cam = proj.to_cam(verts)
+    depth = cam[:, :, 0]
+    near = proj.near
+    for i in order:
+        if not visible[i]:
+            continue
+        d = depth[i]
+        if (d < near).all():
+            continue
+        poly = cam[i] if (d >= near).all() else _clip_polygon_near(cam[i], near)
+        if len(poly) < 3:
+            continue
+        px = _fixed(proj.to_px(poly)).reshape(-1, 1, 2)
+        c = tuple(float(v) for v in colour[i])
+        cv2.fillPoly(img, [px], c, cv2.LINE_8, _SHIFT)
+        cv2.polylines(img, [px], True, tuple(0.6 * v for v in c), 1, cv2.LINE_8, _SHIFT)
+
+
+def _draw_ramps(img: np.ndarray, proj: _Projector, world: World) -> None:
+    # drawn flat at z = 0: the plan gives their slope but not their absolute height
+    for r in world.ramps:
+        c, s = math.cos(r.yaw), math.sin(r.yaw)
+        hx, hy = r.sx / 2.0, r.sy / 2.0
+        local = np.array([[-hx, -hy], [hx, -hy], [hx, hy], [-hx, hy]])
+        plan = local @ np.array([[c, -s], [s, c]]).T + (r.x, r.y)
+        cam = proj.to_cam(np.column_stack((plan, np.zeros(4))))
+        poly = _clip_polygon_near(cam, proj.near)
+        if len(poly) >= 3:
+            cv2.fillPoly(img, [_fixed(proj.to_px(poly)).reshape(-1, 1, 2)], RAMP_BGR, cv2.LINE_8, _SHIFT)
+
+
+def _draw_overlay(img: np.ndarray, t_s: float, frame_no: int) -> None:
+    text = f"SIM  t={t_s:10.3f} s  #{frame_no:06d}"
+    scale = max(0.35, img.shape[1] / 1600.0)
+    (tw, th), base = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, scale, 1)
+    cv2.rectangle(img, (4, 4), (12 + tw, 12 + th + base), (0, 0, 0), cv2.FILLED)
+    cv2.putText(img, text, (8, 8 + th), cv2.FONT_HERSHEY_SIMPLEX, scale, TEXT_BGR, 1, cv2.LINE_AA)
+
+
+@functools.lru_cache(maxsize=8)
+def _noise_lut(sigma: float) -> np.ndarray:
+    # inverse normal CDF at the 256 byte levels: Gaussian noise from uniform bytes, which a
+    # Generator makes ~6x faster than standard_normal (truncated at ±2.9 sigma, fine for sensor grain)
+    q = [NormalDist().inv_cdf((i + 0.5) / 256.0) * sigma for i in range(256)]
+    return np.array(q, np.float32).reshape(1, 256)
+
+
+def _add_noise(img: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    u = np.frombuffer(rng.bytes(img.size), np.uint8).reshape(img.shape)
+    return cv2.add(img, cv2.LUT(u, _noise_lut(float(sigma))), dtype=cv2.CV_8U)
+
+
+def render(
+    world: World,
+    pose: Mapping[str, float],
+    intrinsics: CameraIntrinsics,
+    t_s: float,
+    frame_no: int,
+    rng: np.random.Generator | None = None,
+    *,
+    mount: CameraMount = CameraMount(),
+    overlay: bool = True,
+) -> np.ndarray:
+    """One BGR frame (H, W, 3) uint8 seen from a robot at ``pose`` (see the module docstring).
+
+    ``t_s`` and ``frame_no`` only go into the overlay text; noise is added when
+    ``rng`` is given and ``intrinsics.noise_sigma`` > 0.
+    """
+    w, h = intrinsics.width, intrinsics.height
+    centre, R_wc = camera_pose(pose, mount)
+    proj = _Projector(centre, R_wc, intrinsics)
+    img = np.empty((h, w, 3), np.uint8)
+    img[:] = SKY_BGR
+    ground, (a, b, c) = _horizon(proj, w, h)
+    norm = math.hypot(a, b)
+    if norm > 1e-12:
+        # a light haze band along the horizon; the ground covers its lower half
+        p0 = np.array([-a * c, -b * c]) / norm**2
+        d = np.array([-b, a]) / norm * 4.0 * (w + h)
+        band = max(2, h // 24)
+        cv2.line(img, tuple(_fixed(p0 - d)), tuple(_fixed(p0 + d)), HAZE_BGR, band, cv2.LINE_8, _SHIFT)
+    if ground is not None:
+        cv2.fillPoly(img, [_fixed(ground).reshape(-1, 1, 2)], GROUND_BGR, cv2.LINE_8, _SHIFT)
+    _draw_ramps(img, proj, world)
+    _draw_segments(img, proj, _grid_segments(world, GRID_STEP_M), GRID_BGR)
+    _draw_solids(img, proj, world)
+    if overlay:
+        _draw_overlay(img, t_s, frame_no)
+    if rng is not None and intrinsics.noise_sigma > 0:
+        img = _add_noise(img, intrinsics.noise_sigma, rng)
+    return img
