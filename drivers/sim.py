@@ -19,7 +19,9 @@ Settings (the ``[driver]`` table; every key optional):
 ``start_pose``      ``[x_m, y_m, yaw_deg]`` in the world (default: field centre, facing east)
 ``max_read_dt_s``   longest simulated step per read, sim seconds (default 0.5): a stalled
                     loop does not make the next read simulate minutes
-``rover``           table of :class:`sim.rover.RoverParams` fields (``battery`` a sub-table)
+``rover``           table of :class:`sim.rover.RoverParams` fields (``battery`` a sub-table);
+                    the same fields are also accepted flat in ``[driver]`` (the server
+                    passes ``wheel_radius_m`` and ``track_m`` from ``[robot]`` that way)
 ``rangers``         list of ranger tables (``name``, ``x_m``, ``y_m``, ``yaw_deg``,
                     ``min_range_m``, ``max_range_m``, ``half_angle_deg``, ``noise_m``,
                     ``rays``); replaces the default single ``front`` ranger
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import fields
 from typing import Any, Mapping
 
 import numpy as np
@@ -51,7 +54,7 @@ from sim.world import World
 logger = logging.getLogger(__name__)
 
 _FAULTS = (None, "read_error", "timeout", "open_error")
-_IGNORED_KEYS = ("name", "type", "driver")  # the [driver] table may name the driver itself
+_IGNORED_KEYS = ("name",)  # the [driver] table names the driver itself
 _KNOWN_KEYS = ("time_scale", "rate_hz", "noise", "start_pose", "max_read_dt_s", "rover", "rangers")
 
 
@@ -69,7 +72,8 @@ class SimDriver(Driver):
     def __init__(self, settings: Mapping[str, Any], world_cfg: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__()
         settings = dict(settings or {})
-        unknown = sorted(k for k in settings if k not in _KNOWN_KEYS + _IGNORED_KEYS)
+        rover_keys = {f.name for f in fields(RoverParams)}
+        unknown = sorted(k for k in settings if k not in _KNOWN_KEYS + _IGNORED_KEYS and k not in rover_keys)
         if unknown:
             raise ValueError(f"sim driver: unknown setting(s) {', '.join(map(str, unknown))}")
         self._world_cfg = dict(world_cfg or {})
@@ -81,8 +85,10 @@ class SimDriver(Driver):
         if not (math.isfinite(self.max_read_dt_s) and self.max_read_dt_s > 0):
             raise ValueError("sim driver: max_read_dt_s must be > 0")
         rover_cfg = dict(settings.get("rover", {}))
-        if "rangers" in settings:
-            rover_cfg["rangers"] = settings["rangers"]
+        for key in sorted(rover_keys & set(settings)):  # flat keys, e.g. wheel_radius_m from [robot]
+            if key in rover_cfg and rover_cfg[key] != settings[key]:
+                raise ValueError(f"sim driver: {key} given twice with different values")
+            rover_cfg[key] = settings[key]
         params = RoverParams.from_config(rover_cfg)
         if not settings.get("noise", True):
             params = params.without_noise()
@@ -107,6 +113,10 @@ class SimDriver(Driver):
         self._forced_battery_v: float | None = None
         self._held: dict[str, float] = {}
         self._next_sample_t = 0.0
+        # the latest pose for other threads (the sim camera): replaced whole, never mutated
+        self._pose: dict[str, float] = {}
+        # the camera's own generator (a Generator is not thread-safe), independent of the sim's
+        self._camera_rng = np.random.default_rng(np.random.SeedSequence(self._seed).spawn(1)[0])
 
     # lifecycle -----------------------------------------------------------
     def open(self) -> None:
@@ -124,6 +134,7 @@ class SimDriver(Driver):
         self._held = {}
         self._next_sample_t = 0.0
         self._sim = sim
+        self._pose = self._pose_of(sim)
         self.is_open = True
         logger.info("sim driver open: world %.1f × %.1f m, seed %d", world.width_m, world.height_m, self._seed)
 
@@ -172,7 +183,7 @@ class SimDriver(Driver):
         specs += [
             # thresholds for the default 3S pack (12.6 V full), scaled for others
             ChannelSpec("battery_v", "V", round(p.battery.empty_v, 3), full, "bar", "Battery",
-                        warn_low=11.0 * full / 12.6, crit_low=10.5 * full / 12.6, plot=True),
+                        warn_low=11.0 * (full / 12.6), crit_low=10.5 * (full / 12.6), plot=True),
             ChannelSpec("current_left_a", "A", 0.0, 1.2 * stall, "bar", "Left motor current",
                         warn_high=0.6 * stall, crit_high=0.9 * stall),
             ChannelSpec("current_right_a", "A", 0.0, 1.2 * stall, "bar", "Right motor current",
@@ -208,13 +219,27 @@ class SimDriver(Driver):
             self._next_sample_t += period
             if self._next_sample_t <= t:  # fell behind (first read, long step): restart the grid
                 self._next_sample_t = t + period
-        roll, pitch = sim.attitude
+        pose = self._pose_of(sim)
+        self._pose = pose
         truth = {
-            "x": sim.x, "y": sim.y, "yaw": sim.yaw, "roll": roll, "pitch": pitch, "z": sim.z,
-            "collided": sim.collided, "collisions": sim.collisions, "sim_time_s": t,
+            "x": pose["x"], "y": pose["y"], "yaw": pose["yaw"], "roll": pose["roll"], "pitch": pose["pitch"],
+            "z": pose["z"], "collided": sim.collided, "collisions": sim.collisions, "sim_time_s": t,
             "soc": sim.soc, "contact_point": list(sim.contact_point) if sim.contact_point else None,
         }
         return Frame(t=t, values=dict(self._held), truth=truth)
+
+    @staticmethod
+    def _pose_of(sim: RoverSim) -> dict[str, float]:
+        roll, pitch = sim.attitude
+        return {"x": sim.x, "y": sim.y, "z": sim.z, "yaw": sim.yaw, "pitch": pitch, "roll": roll, "t": sim.sim_time_s}
+
+    def pose_snapshot(self) -> dict[str, float]:
+        """The latest true pose (``x, y, z`` m; ``yaw, pitch, roll`` rad; ``t`` sim s), a copy.
+
+        Cheap and safe from any thread (the sim camera's capture thread calls it);
+        empty before the first :meth:`open`.
+        """
+        return dict(self._pose)
 
     def _sample(self, sim: RoverSim) -> dict[str, float]:
         wl, wr = sim.wheel_speeds
@@ -323,8 +348,9 @@ class SimDriver(Driver):
             self._forced_battery_v = battery_v
             if self._sim is not None:
                 self._sim.battery.force_voltage(battery_v)
-        if pose is not None:
+        if pose is not None and self._sim is not None:
             self._held = {}  # the next read samples the new place
+            self._pose = self._pose_of(self._sim)
         return self.debug_state()
 
     def debug_state(self) -> dict[str, Any]:

@@ -77,7 +77,7 @@ class RangerParams:
     rays: int = 5
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.name):
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
             raise ValueError(f"ranger name {self.name!r} must be lower_snake_case")
         if not 0.0 <= self.min_range_m < self.max_range_m:
             raise ValueError(f"ranger {self.name}: need 0 <= min_range_m < max_range_m")
@@ -215,12 +215,15 @@ def attitude_from_gradient(gx: float, gy: float, yaw: float) -> tuple[float, flo
     return roll, pitch
 
 
-def rotation_world_body(roll: float, pitch: float, yaw: float) -> np.ndarray:
+def rotation_zyx(roll: float, pitch: float, yaw: float) -> np.ndarray:
     """``R_world_body = Rz(yaw)·Ry(pitch)·Rx(roll)`` (3×3, rotates body vectors into the world).
 
-    >>> np.round(rotation_world_body(0.0, 0.0, math.pi / 2) @ [1.0, 0.0, 0.0], 6)  # nose points north
+    Same name, arguments and result as ``robotics.estimation.attitude.rotation_zyx``
+    (kept here until that module is in the tree; then this becomes an import).
+
+    >>> np.round(rotation_zyx(0.0, 0.0, math.pi / 2) @ [1.0, 0.0, 0.0], 6)  # nose points north
     array([0., 1., 0.])
-    >>> round(float((rotation_world_body(0.0, 0.2, 0.0) @ [1.0, 0.0, 0.0])[2]), 6)  # positive pitch: nose down
+    >>> round(float((rotation_zyx(0.0, 0.2, 0.0) @ [1.0, 0.0, 0.0])[2]), 6)  # positive pitch: nose down
     -0.198669
     """
     cr, sr = math.cos(roll), math.sin(roll)
@@ -379,7 +382,7 @@ class RoverSim:
         ([1.0, 1.0, 0.0], True)
         """
         roll, pitch = self.attitude
-        return np.array([self._x, self._y, self.z]), rotation_world_body(roll, pitch, self._yaw)
+        return np.array([self._x, self._y, self.z]), rotation_zyx(roll, pitch, self._yaw)
 
     @property
     def wheel_speeds(self) -> tuple[float, float]:
@@ -500,10 +503,11 @@ class RoverSim:
             # cut the motion at contact: the pose at lo is free, at hi it touches; stop
             # once the bracket is under 1 µm of travel of any footprint point
             travel = abs(ds_h) + abs(dth) * self._half_diagonal
+            near = self._near_edges(x0, y0, self._half_diagonal + travel)  # every edge the motion can reach
             lo, hi = 0.0, 1.0
             while (hi - lo) * travel > 1e-6 and hi - lo > 1e-12:
                 mid = 0.5 * (lo + hi)
-                h_mid, c_mid = self._footprint_hit(*_arc(x0, y0, yaw0, ds_h * mid, dth * mid), 0.0)
+                h_mid, c_mid = self._footprint_hit(*_arc(x0, y0, yaw0, ds_h * mid, dth * mid), 0.0, near)
                 if h_mid:
                     hi, contact = mid, c_mid
                 else:
@@ -539,28 +543,32 @@ class RoverSim:
         gx, gy = self.world.ground_gradient(0.5 * (x0 + x1), 0.5 * (y0 + y1))
         self.z += gx * (x1 - x0) + gy * (y1 - y0)
 
-    def _footprint_hit(self, x: float, y: float, yaw: float, margin: float) -> tuple[bool, tuple[float, float] | None]:
+    def _footprint_hit(
+        self, x: float, y: float, yaw: float, margin: float, near: list[int] | None = None
+    ) -> tuple[bool, tuple[float, float] | None]:
         """Whether the footprint (grown by ``margin``) at this pose touches an edge, and a contact point.
 
-        Edges farther than the footprint's circumradius are culled; the few left are
-        clipped against the footprint rectangle in the body frame (Liang–Barsky).
+        Edges farther than the footprint's circumradius are culled (or only the
+        indices ``near`` are tried); the few left are clipped against the
+        footprint rectangle in the body frame (Liang–Barsky).
         """
         if len(self._seg_p) == 0:
             return False, None
-        reach = self._half_diagonal + margin  # the footprint lies within this radius of (x, y)
-        cx, cy, free = self._free_disc
-        if math.hypot(x - cx, y - cy) + reach < free:
-            return False, None
-        dist2 = self._edge_distances2(x, y)
-        near = np.flatnonzero(dist2 <= reach * reach)
-        if len(near) == 0:
-            self._free_disc = (x, y, math.sqrt(float(dist2.min())))
-            return False, None
+        if near is None:
+            reach = self._half_diagonal + margin  # the footprint lies within this radius of (x, y)
+            cx, cy, free = self._free_disc
+            if math.hypot(x - cx, y - cy) + reach < free:
+                return False, None
+            dist2 = self._edge_distances2(x, y)
+            near = np.flatnonzero(dist2 <= reach * reach).tolist()
+            if not near:
+                self._free_disc = (x, y, math.sqrt(float(dist2.min())))
+                return False, None
         c, s = math.cos(yaw), math.sin(yaw)
         hx = 0.5 * self.params.length_m + margin
         hy = 0.5 * self.params.width_m + margin
         best: tuple[float, float, float] | None = None  # (squared distance from the centre, body x, body y)
-        for i in near.tolist():
+        for i in near:
             px, py = float(self._seg_p[i, 0]) - x, float(self._seg_p[i, 1]) - y
             sx, sy = float(self._seg_d[i, 0]), float(self._seg_d[i, 1])
             p0x, p0y = c * px + s * py, -s * px + c * py
@@ -584,6 +592,10 @@ class RoverSim:
             return False, None
         _, bx, by = best
         return True, (x + c * bx - s * by, y + s * bx + c * by)
+
+    def _near_edges(self, x: float, y: float, radius: float) -> list[int]:
+        """Indices of the edges within ``radius`` of (x, y)."""
+        return np.flatnonzero(self._edge_distances2(x, y) <= radius * radius).tolist()
 
     def _edge_distances2(self, x: float, y: float) -> np.ndarray:
         """Squared distance from (x, y) to every cached edge, (N,)."""

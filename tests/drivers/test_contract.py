@@ -1,0 +1,441 @@
+"""The driver contract: one test class every driver must pass (python-can's back2back idea).
+
+To add a driver, subclass :class:`DriverContract`, override the ``driver``
+fixture to return an *unopened* driver (a serial one talking to its device
+emulator over a pty or ``socket://``), and override the hooks below where the
+defaults do not fit (how to inject a fault, which channels show motion).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+
+import pytest
+
+from drivers.base import WIDGETS, Acquisition, ChannelSpec, Driver, Frame
+from drivers.errors import AcquisitionError, DriverError, DriverOpenError, DriverTimeoutError
+from drivers.registry import driver_class
+from drivers.sim import SimDriver
+
+MOTION_UNITS = ("rad/s", "m/s")
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class DriverContract:
+    """Behaviour every driver shares. Not collected itself (no ``Test`` prefix)."""
+
+    #: the period passed to ``read``, s
+    read_dt_s = 0.01
+    #: reads to let a command show in the frame, or fade after a halt
+    settle_reads = 60
+    #: after a halt, the motion must fall under this fraction of the moving motion
+    stopped_fraction = 0.05
+
+    # ---- hooks ---------------------------------------------------------
+    @pytest.fixture
+    def driver(self) -> Driver:
+        raise NotImplementedError("a DriverContract subclass provides the driver fixture")
+
+    @pytest.fixture
+    def opened(self, driver: Driver):
+        driver.open()
+        yield driver
+        driver.close()
+
+    def moving_command(self, driver: Driver) -> dict[str, float]:
+        """Every actuator at half its positive limit."""
+        return {name: 0.5 * hi for name, (lo, hi) in driver.actuators().items()}
+
+    def motion(self, driver: Driver, frame: Frame) -> float:
+        """How much the robot moves, from the frame: the largest |speed| channel."""
+        speed_channels = [c.name for c in driver.channels() if c.unit in MOTION_UNITS]
+        return max((abs(frame.values[n]) for n in speed_channels if n in frame.values), default=0.0)
+
+    def inject_fault(self, driver: Driver, kind: str | None) -> None:
+        """Make reads fail (``"read_error"``, ``"timeout"``) or heal them (``None``)."""
+        driver.debug({"fault": kind})
+
+    # ---- helpers -------------------------------------------------------
+    def settle(self, driver: Driver) -> Frame:
+        frame = driver.read(self.read_dt_s)
+        for _ in range(self.settle_reads - 1):
+            frame = driver.read(self.read_dt_s)
+        return frame
+
+    # ---- lifecycle -----------------------------------------------------
+    def test_registered_under_its_name(self, driver):
+        assert driver_class(driver.name) is type(driver)
+
+    def test_open_close_lifecycle(self, driver):
+        assert not driver.is_open
+        with pytest.raises(DriverError):
+            driver.read(self.read_dt_s)
+        driver.open()
+        try:
+            assert driver.is_open
+            driver.read(self.read_dt_s)
+        finally:
+            driver.close()
+        assert not driver.is_open
+        driver.close()  # twice is harmless
+        with pytest.raises(DriverError):
+            driver.read(self.read_dt_s)
+        driver.open()  # and it opens again
+        try:
+            assert isinstance(driver.read(self.read_dt_s), Frame)
+        finally:
+            driver.close()
+
+    def test_write_refused_while_closed(self, driver):
+        with pytest.raises(DriverError):
+            driver.write(self.moving_command(driver))
+
+    # ---- description ---------------------------------------------------
+    def test_channels_are_well_formed(self, driver):
+        channels = driver.channels()
+        assert channels, "a driver describes at least one channel"
+        names = [c.name for c in channels]
+        assert len(set(names)) == len(names), "channel names are unique"
+        for c in channels:
+            assert isinstance(c, ChannelSpec)
+            assert NAME_RE.match(c.name), c.name
+            assert math.isfinite(c.min) and math.isfinite(c.max) and c.min < c.max, c.name
+            assert c.widget in WIDGETS, (c.name, c.widget)
+            assert c.kind in ("analog", "digital"), c.name
+            for t in (c.warn_low, c.warn_high, c.crit_low, c.crit_high):
+                assert t is None or c.min <= t <= c.max, (c.name, t)
+            if c.warn_low is not None and c.crit_low is not None:
+                assert c.crit_low <= c.warn_low, c.name
+            if c.warn_high is not None and c.crit_high is not None:
+                assert c.warn_high <= c.crit_high, c.name
+            json.dumps(c.to_json())
+
+    def test_actuators_are_well_formed(self, driver):
+        actuators = driver.actuators()
+        assert actuators
+        for name, (lo, hi) in actuators.items():
+            assert NAME_RE.match(name)
+            assert math.isfinite(lo) and math.isfinite(hi) and lo < hi, name
+
+    def test_default_acquisition_is_every_channel(self, driver):
+        acq = driver.get_acquisition()
+        assert set(acq.channels) == {c.name for c in driver.channels()}
+        assert 0 < acq.rate_hz <= driver.max_rate_hz
+
+    # ---- reading and writing -------------------------------------------
+    def test_read_returns_every_active_channel_as_a_finite_float(self, opened):
+        active = set(opened.get_acquisition().channels)
+        last_t = -math.inf
+        for _ in range(5):
+            frame = opened.read(self.read_dt_s)
+            assert set(frame.values) == active
+            for name, value in frame.values.items():
+                assert type(value) is float and math.isfinite(value), (name, value)
+            assert math.isfinite(frame.t) and frame.t >= last_t
+            last_t = frame.t
+
+    def test_write_then_read_moves(self, opened):
+        assert self.motion(opened, opened.read(self.read_dt_s)) == pytest.approx(0.0, abs=1e-9)
+        opened.write(self.moving_command(opened))
+        assert self.motion(opened, self.settle(opened)) > 0.1
+
+    def test_write_beyond_the_limits_is_clamped_not_refused(self, opened):
+        opened.write({name: 10.0 * hi + 1.0 for name, (lo, hi) in opened.actuators().items()})
+        frame = self.settle(opened)
+        for c in opened.channels():
+            if c.unit in MOTION_UNITS:
+                assert c.min - 1e-9 <= frame.values[c.name] <= c.max + 1e-9, c.name
+
+    def test_fail__write_to_an_unknown_actuator(self, opened):
+        with pytest.raises(DriverError):
+            opened.write({"no_such_actuator": 0.0})
+
+    # ---- halt ----------------------------------------------------------
+    def test_halt_zeroes_the_outputs(self, opened):
+        opened.write(self.moving_command(opened))
+        moving = self.motion(opened, self.settle(opened))
+        opened.halt()
+        assert self.motion(opened, self.settle(opened)) < self.stopped_fraction * moving
+
+    def test_halt_never_raises_closed_or_faulted(self, driver):
+        driver.halt()  # never opened
+        driver.open()
+        self.inject_fault(driver, "read_error")
+        try:
+            with pytest.raises(DriverError):
+                driver.read(self.read_dt_s)
+            driver.halt()
+        finally:
+            self.inject_fault(driver, None)
+            driver.close()
+        driver.halt()  # closed
+
+    def test_halt_from_another_thread_while_reading(self, opened):
+        opened.write(self.moving_command(opened))
+        errors: list[BaseException] = []
+
+        def halter() -> None:
+            try:
+                for _ in range(200):
+                    opened.halt()
+            except BaseException as err:  # noqa: BLE001 - any escape is the failure
+                errors.append(err)
+
+        t = threading.Thread(target=halter)
+        t.start()
+        for _ in range(50):
+            opened.read(self.read_dt_s)
+        t.join(10)
+        assert not errors
+        assert self.motion(opened, self.settle(opened)) < 0.05
+
+    # ---- acquisition ---------------------------------------------------
+    @pytest.mark.parametrize("rate", [0, -1.0, math.nan, math.inf, "fast", True, None, 1e9])
+    def test_fail__set_acquisition_bad_rate_changes_nothing(self, driver, rate):
+        before = driver.get_acquisition()
+        with pytest.raises(AcquisitionError):
+            driver.set_acquisition(rate, list(before.channels))
+        assert driver.get_acquisition() == before
+
+    @pytest.mark.parametrize("extra", [["no_such_channel"], "duplicate"])
+    def test_fail__set_acquisition_bad_channels_changes_nothing(self, driver, extra):
+        before = driver.get_acquisition()
+        channels = list(before.channels) + (list(before.channels[:1]) if extra == "duplicate" else extra)
+        with pytest.raises(AcquisitionError):
+            driver.set_acquisition(before.rate_hz, channels)
+        assert driver.get_acquisition() == before
+
+    def test_ok__set_acquisition_returns_what_was_achieved(self, driver):
+        names = [c.name for c in driver.channels()]
+        acq = driver.set_acquisition(50, names[:2])
+        assert isinstance(acq, Acquisition)
+        assert acq == driver.get_acquisition()
+        assert acq.rate_hz == pytest.approx(50) and list(acq.channels) == names[:2]
+
+    def test_inactive_channels_are_omitted_from_the_frame(self, opened):
+        names = [c.name for c in opened.channels()]
+        opened.set_acquisition(opened.get_acquisition().rate_hz, names[:2])
+        assert set(opened.read(self.read_dt_s).values) == set(names[:2])
+        opened.set_acquisition(opened.get_acquisition().rate_hz, names)
+        assert set(opened.read(self.read_dt_s).values) == set(names)
+
+    # ---- faults --------------------------------------------------------
+    def test_read_error_fault_makes_reads_raise_until_cleared(self, opened):
+        opened.read(self.read_dt_s)
+        self.inject_fault(opened, "read_error")
+        for _ in range(3):  # sticky
+            with pytest.raises(DriverError):
+                opened.read(self.read_dt_s)
+        self.inject_fault(opened, None)
+        assert isinstance(opened.read(self.read_dt_s), Frame)
+
+    def test_timeout_fault_raises_driver_timeout_error(self, opened):
+        self.inject_fault(opened, "timeout")
+        with pytest.raises(DriverTimeoutError):
+            opened.read(self.read_dt_s)
+        self.inject_fault(opened, None)
+        opened.read(self.read_dt_s)
+
+
+# ======================================================================== the simulator
+WORLD = {
+    "size_m": [6.0, 4.0],
+    "boxes": [{"center": [4.5, 1.0], "size": [0.4, 0.4], "yaw_deg": 20}],
+    "ramps": [{"center": [1.5, 3.2], "size": [1.0, 0.8], "slope_deg": 10}],
+}
+TRUTH_KEYS = {"x", "y", "yaw", "roll", "pitch", "z", "collided", "collisions", "sim_time_s"}
+
+
+class TestSimDriver(DriverContract):
+    @pytest.fixture
+    def driver(self) -> SimDriver:
+        return SimDriver({"time_scale": 1.0}, WORLD, seed=3)
+
+    def make(self, settings: dict | None = None, world: dict | None = None, seed: int = 3) -> SimDriver:
+        d = SimDriver(settings or {}, world or WORLD, seed=seed)
+        d.open()
+        return d
+
+    # ---- description ---------------------------------------------------
+    def test_channel_names_the_server_expects(self, driver):
+        assert [c.name for c in driver.channels()] == [
+            "wheel_left_rad_s", "wheel_right_rad_s", "encoder_left_ticks", "encoder_right_ticks",
+            "linear_m_s", "angular_rad_s", "range_front_m", "battery_v", "current_left_a", "current_right_a",
+        ]
+        battery = {c.name: c for c in driver.channels()}["battery_v"]
+        assert (battery.warn_low, battery.crit_low, battery.unit) == (11.0, 10.5, "V")
+
+    def test_rangers_from_settings_become_channels(self):
+        d = SimDriver({"rangers": [{"name": "front"}, {"name": "left", "y_m": 0.1, "yaw_deg": 90},
+                                   {"name": "right", "y_m": -0.1, "yaw_deg": -90, "max_range_m": 2.0}]}, WORLD)
+        specs = {c.name: c for c in d.channels()}
+        assert {"range_front_m", "range_left_m", "range_right_m"} <= set(specs)
+        assert specs["range_right_m"].max == 2.0 and specs["range_right_m"].widget == "bar"
+
+    def test_actuator_limits_are_the_wheel_speed_limit(self, driver):
+        assert driver.actuators() == {"wheel_left": (-20.0, 20.0), "wheel_right": (-20.0, 20.0)}
+
+    def test_flat_rover_keys_as_the_server_passes_them(self):
+        d = SimDriver({"name": "sim", "wheel_radius_m": 0.04, "track_m": 0.25, "time_scale": 2.0}, WORLD)
+        assert (d.params.wheel_radius_m, d.params.track_m, d.time_scale) == (0.04, 0.25, 2.0)
+        with pytest.raises(ValueError, match="track_m"):
+            SimDriver({"track_m": 0.25, "rover": {"track_m": 0.3}}, WORLD)
+
+    @pytest.mark.parametrize(
+        "settings",
+        [{"time_scale": 0}, {"time_scale": -1}, {"rate_hz": 0}, {"start_pose": [1, 2]}, {"bogus": 1},
+         {"rover": {"bogus": 1}}, {"rangers": [{"name": "Front"}]}, {"max_read_dt_s": 0}],
+    )
+    def test_fail__bad_settings(self, settings):
+        with pytest.raises(ValueError):
+            SimDriver(settings, WORLD)
+
+    def test_fail__start_pose_in_a_box_refuses_to_open(self):
+        d = SimDriver({"start_pose": [4.5, 1.0, 0.0]}, WORLD)
+        with pytest.raises(DriverOpenError):
+            d.open()
+        assert not d.is_open
+
+    # ---- time and motion -----------------------------------------------
+    def test_time_scale_runs_faster_than_real_time(self):
+        d = self.make({"time_scale": 50.0})
+        for _ in range(100):
+            frame = d.read(0.01)  # 1 s of loop time
+        assert frame.t == pytest.approx(50.0) and frame.truth["sim_time_s"] == pytest.approx(50.0)
+
+    def test_frame_truth_carries_the_pose_and_collisions(self):
+        d = self.make({"start_pose": [1.0, 2.0, 90.0]})
+        frame = d.read(0.01)
+        assert TRUTH_KEYS <= set(frame.truth)
+        assert (frame.truth["x"], frame.truth["y"]) == (1.0, 2.0)
+        assert frame.truth["yaw"] == pytest.approx(math.pi / 2)
+        assert frame.truth["collided"] is False and frame.truth["collisions"] == 0
+        json.dumps(frame.truth)
+
+    def test_driving_into_the_wall_is_reported_in_truth(self):
+        d = self.make({"start_pose": [5.0, 2.0, 0.0], "time_scale": 10.0})
+        d.write({"wheel_left": 20.0, "wheel_right": 20.0})
+        for _ in range(50):
+            frame = d.read(0.01)
+        assert frame.truth["collided"] is True and frame.truth["collisions"] == 1
+        assert frame.truth["x"] <= 6.0 - 0.15 + 1e-9
+        assert frame.truth["contact_point"][0] == pytest.approx(6.0, abs=1e-3)
+        assert frame.values["range_front_m"] == pytest.approx(0.02)  # under the sonar's minimum
+        assert frame.values["current_left_a"] > 2.0  # stalled
+
+    def test_write_clamps_and_keeps_the_other_wheel(self):
+        d = self.make()
+        d.write({"wheel_left": 99.0, "wheel_right": -5.0})
+        assert d.command == (20.0, -5.0)
+        d.write({"wheel_right": 3.0})
+        assert d.command == (20.0, 3.0)
+
+    @pytest.mark.parametrize("bad", [math.nan, math.inf, "x"])
+    def test_fail__non_finite_write_halts_and_raises(self, bad):
+        d = self.make()
+        d.write({"wheel_left": 5.0, "wheel_right": 5.0})
+        with pytest.raises(DriverError):
+            d.write({"wheel_left": bad})
+        assert d.command == (0.0, 0.0)
+
+    def test_halt_zeroes_the_stored_command_at_once(self):
+        d = self.make()
+        d.write({"wheel_left": 5.0, "wheel_right": 5.0})
+        d.halt()
+        assert d.command == (0.0, 0.0)
+
+    def test_reopen_replays_the_same_seeded_run(self):
+        def run(d: SimDriver) -> list[dict]:
+            d.write({"wheel_left": 8.0, "wheel_right": 6.0})
+            return [d.read(0.01).values for _ in range(100)]
+
+        d = self.make()
+        first = run(d)
+        d.close()
+        d.open()
+        assert run(d) == first
+        assert run(self.make(seed=4)) != first
+
+    def test_noise_off_gives_exact_ranges(self):
+        d = self.make({"noise": False, "start_pose": [1.0, 2.0, 0.0]}, {"size_m": [4.0, 4.0]})
+        assert d.read(0.01).values["range_front_m"] == pytest.approx(4.0 - 1.15)
+
+    # ---- acquisition rate ----------------------------------------------
+    def test_values_are_sampled_at_the_acquisition_rate_and_held(self):
+        d = self.make({"rate_hz": 100.0})
+        d.write({"wheel_left": 10.0, "wheel_right": 10.0})
+        d.set_acquisition(10.0, ["encoder_left_ticks", "linear_m_s"])
+        ticks = [d.read(0.01).values["encoder_left_ticks"] for _ in range(100)]  # 1 s at 100 Hz
+        changes = sum(1 for a, b in zip(ticks, ticks[1:]) if a != b)
+        assert changes == pytest.approx(10, abs=1)
+
+    def test_every_read_samples_when_the_rate_matches_the_loop_despite_jitter(self):
+        d = self.make({"rate_hz": 100.0})
+        d.write({"wheel_left": 10.0, "wheel_right": 10.0})
+        ticks = [d.read(0.01 + (0.002 if i % 2 else -0.002)).values["encoder_left_ticks"] for i in range(100)]
+        assert all(b > a for a, b in zip(ticks[20:], ticks[21:]))
+
+    # ---- debug hooks ---------------------------------------------------
+    def test_debug_forces_and_releases_the_battery_voltage(self):
+        d = self.make()
+        state = d.debug({"battery_v": 10.0})
+        assert state["battery_v"] == 10.0
+        assert d.read(0.01).values["battery_v"] == 10.0
+        d.debug({"battery_v": None})
+        assert d.read(0.01).values["battery_v"] > 12.0
+
+    def test_debug_battery_voltage_survives_reopen(self):
+        d = SimDriver({}, WORLD)
+        d.debug({"battery_v": 9.5})
+        d.open()
+        assert d.read(0.01).values["battery_v"] == 9.5
+
+    def test_debug_teleport_moves_the_rover(self):
+        d = self.make({"noise": False}, {"size_m": [4.0, 4.0]})
+        state = d.debug({"teleport": [2.0, 1.0, math.pi / 2]})
+        assert state["pose"] == pytest.approx([2.0, 1.0, math.pi / 2])
+        frame = d.read(0.01)
+        assert (frame.truth["x"], frame.truth["y"]) == (2.0, 1.0)
+        assert frame.values["range_front_m"] == pytest.approx(4.0 - 1.0 - 0.15)
+
+    @pytest.mark.parametrize(
+        "command",
+        [{"fault": "melt"}, {"teleport": [4.5, 1.0, 0.0]}, {"teleport": [1.0]}, {"battery_v": "high"},
+         {"nope": 1}, {"fault": "read_error", "teleport": [4.5, 1.0, 0.0]}],
+    )
+    def test_fail__bad_debug_commands_change_nothing(self, command):
+        d = self.make()
+        before = d.debug({})
+        with pytest.raises(ValueError):
+            d.debug(command)
+        assert d.debug({}) == before
+
+    def test_open_error_fault_makes_open_raise(self):
+        d = SimDriver({}, WORLD)
+        d.debug({"fault": "open_error"})
+        with pytest.raises(DriverOpenError):
+            d.open()
+        d.debug({"fault": None})
+        d.open()
+        assert d.is_open
+
+    def test_pose_snapshot_for_other_threads(self):
+        d = SimDriver({"start_pose": [1.0, 2.0, 0.0]}, WORLD)
+        assert d.pose_snapshot() == {}
+        d.open()
+        snap = d.pose_snapshot()
+        assert snap == {"x": 1.0, "y": 2.0, "z": 0.0, "yaw": 0.0, "pitch": 0.0, "roll": 0.0, "t": 0.0}
+        d.write({"wheel_left": 10.0, "wheel_right": 10.0})
+        frame = d.read(0.5)
+        snap["x"] = -1.0  # a copy: the caller cannot disturb the driver
+        assert d.pose_snapshot()["x"] == frame.truth["x"] > 1.0
+        assert d.pose_snapshot()["t"] == frame.t
+        d.debug({"teleport": [2.0, 2.0, 0.0]})
+        assert d.pose_snapshot()["x"] == 2.0
+
+    def test_camera_source_is_none_for_now_and_sim_is_exposed(self, opened):
+        assert opened.camera_source({}) is None
+        assert opened.sim is not None and opened.sim.sim_time_s == 0.0
