@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.battery import open_circuit_v
-from sim.rover import RangerParams, RoverParams, RoverSim, attitude_from_gradient, rotation_world_body
+from sim.rover import RangerParams, RoverParams, RoverSim, attitude_from_gradient, rotation_zyx
 from sim.world import World
 
 DT = 0.01
@@ -410,7 +410,7 @@ def test_pose3d_body_z_is_the_ground_normal():
 def test_attitude_from_gradient_puts_body_x_and_y_on_the_ground_plane(yaw):
     gx, gy = 0.15, -0.08
     roll, pitch = attitude_from_gradient(gx, gy, yaw)
-    rot = rotation_world_body(roll, pitch, yaw)
+    rot = rotation_zyx(roll, pitch, yaw)
     for axis in (rot[:, 0], rot[:, 1]):
         assert axis[2] == pytest.approx(gx * axis[0] + gy * axis[1])  # tangent to z = gx·x + gy·y
     assert math.atan2(rot[1, 0], rot[0, 0]) == pytest.approx(yaw)  # the heading is kept
