@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -95,13 +96,14 @@ async def read_body(request: web.Request, allow_empty: bool = True) -> dict[str,
 
 
 # ---------------------------------------------------------------------- HTTP handlers
-async def handle_command(request: web.Request) -> web.Response:
-    name = request.match_info["name"]
-    if name not in commands.COMMANDS:
-        raise ApiError(f"no such command {name!r}", code="not_found", status=404)
-    body = await read_body(request, allow_empty=name != "speed")
-    state = commands.execute(request.app[LOOP], request.app[LIMITS], name, body)
-    return web.json_response({"ok": True, "state": state})
+def command_handler(name: str):
+    async def handle(request: web.Request) -> web.Response:
+        body = await read_body(request, allow_empty=name != "speed")
+        state = commands.execute(request.app[LOOP], request.app[LIMITS], name, body)
+        return web.json_response({"ok": True, "state": state})
+
+    handle.__name__ = f"post_{name}"
+    return handle
 
 
 async def get_state(request: web.Request) -> web.Response:
@@ -178,6 +180,7 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
     if len(hub.clients) >= hub.max_clients:
         raise ApiError(f"too many telemetry clients (max {hub.max_clients})", code="busy", status=503)
     ws = web.WebSocketResponse(heartbeat=10.0, max_msg_size=MAX_BODY_BYTES)
+    limit_send_buffer(request, app[CONFIG]["telemetry"]["send_buffer_bytes"])
     await ws.prepare(request)
     client = Client(ws, request.remote or "?")
     client.send_control({"type": "hello", "robot": robot_description(app), "state": app[LOOP].snapshot()})
@@ -200,6 +203,18 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
         hub.clients.discard(client)
         writer.cancel()
     return ws
+
+
+def limit_send_buffer(request: web.Request, nbytes: int) -> None:
+    """Cap the kernel send buffer so a slow client's backlog shows up as drops within a
+    fraction of a second instead of hiding megabytes of stale snapshots in the socket
+    (notes/performance.md §3: kernel buffers held seconds of video for a slow reader)."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, nbytes)
+        except OSError:
+            log.debug("could not set SO_SNDBUF", exc_info=True)
 
 
 def handle_ws_message(loop: ControlLoop, limits: Limits, text: str) -> dict[str, Any] | None:
@@ -277,6 +292,12 @@ async def robot_ctx(app: web.Application):
             log.exception("driver close failed")
 
 
+async def on_shutdown(app: web.Application) -> None:
+    """Halt first, then tell every websocket client we are going away (1001)."""
+    app[LOOP].shutdown()
+    await app[HUB].stop()
+
+
 def create_app(cfg: dict[str, Any]) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[CONFIG] = cfg
@@ -293,6 +314,7 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
     app[JINJA] = jinja2.Environment(loader=jinja2.FileSystemLoader(str(WEB_DIR / "templates")),
                                     autoescape=True)
     app.cleanup_ctx.append(robot_ctx)
+    app.on_shutdown.append(on_shutdown)
     r = app.router
     r.add_get("/", index)
     r.add_get("/api/state", get_state)
@@ -300,7 +322,8 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
     r.add_get("/api/events", get_events)
     r.add_get("/api/acquisition", get_acquisition)
     r.add_put("/api/acquisition", put_acquisition)
-    r.add_post("/api/{name}", handle_command)
+    for name in commands.COMMANDS:
+        r.add_post(f"/api/{name}", command_handler(name))
     r.add_get("/api/telemetry", get_telemetry_stats)
     r.add_get("/ws/telemetry", telemetry_ws)
     if cfg["debug"]["routes"]:

@@ -107,6 +107,7 @@ SCHEMA: dict[str, Any] = {
         "rate_hz": F(NUM, 50.0, rng(0.1, 1000.0)),
         "max_clients": F((int,), 100, rng(1, 10000)),
         "event_log_size": F((int,), 500, rng(10, 100000)),
+        "send_buffer_bytes": F((int,), 32768, rng(4096, 16 * 1024 * 1024)),
     },
     "server": {
         "host": F((str,), "127.0.0.1"),

@@ -129,8 +129,10 @@ class TelemetryHub:
                 await self._task
             except asyncio.CancelledError:
                 pass
-        for c in list(self.clients):
-            await c.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+        clients = list(self.clients)
+        self.clients.clear()
+        await asyncio.gather(*(c.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+                               for c in clients), return_exceptions=True)
 
     def stats(self) -> dict[str, Any]:
         clients = list(self.clients)
