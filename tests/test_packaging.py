@@ -1,0 +1,104 @@
+"""The deployment files: docker-compose.yml validated against a schema of the Compose keys it uses, the
+Dockerfile consistent with it, and the two-command promise of the README and CI."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from server.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+STR_LIST = {"type": "array", "items": {"type": "string"}}
+# A subset of the Compose Specification (compose-spec.json): every key we use, typed; unknown keys refused.
+COMPOSE_SCHEMA = {
+    "type": "object",
+    "required": ["services"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"},
+        "volumes": {"type": "object", "additionalProperties": {"type": ["object", "null"]}},
+        "services": {
+            "type": "object",
+            "minProperties": 1,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "build": {"type": "object", "additionalProperties": False,
+                              "properties": {"context": {"type": "string"}, "dockerfile": {"type": "string"}}},
+                    "image": {"type": "string"},
+                    "command": STR_LIST,
+                    "ports": {"type": "array", "items": {"type": "string", "pattern": r"^\d+:\d+(/(tcp|udp))?$"}},
+                    "cap_add": STR_LIST,
+                    "ulimits": {"type": "object", "additionalProperties": {"type": "integer"}},
+                    "volumes": {"type": "array", "items": {"type": "string", "pattern": r"^[^:]+:/[^:]+(:(ro|rw))?$"}},
+                    "devices": STR_LIST,
+                    "stop_signal": {"type": "string", "pattern": "^SIG[A-Z]+$"},
+                    "stop_grace_period": {"type": "string", "pattern": r"^\d+(ms|s|m)$"},
+                    "restart": {"enum": ["no", "always", "on-failure", "unless-stopped"]},
+                    "healthcheck": {
+                        "type": "object", "additionalProperties": False, "required": ["test"],
+                        "properties": {
+                            "test": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+                            "interval": {"type": "string", "pattern": r"^\d+(ms|s|m)$"},
+                            "timeout": {"type": "string", "pattern": r"^\d+(ms|s|m)$"},
+                            "retries": {"type": "integer", "minimum": 1},
+                            "start_period": {"type": "string", "pattern": r"^\d+(ms|s|m)$"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((REPO / "docker-compose.yml").read_text())
+
+
+def test_compose_file_is_valid(compose: dict) -> None:
+    jsonschema.validate(compose, COMPOSE_SCHEMA)
+    svc = compose["services"]["teleop"]
+    assert (REPO / svc["build"]["context"] / svc["build"]["dockerfile"]).is_file()
+    for volume in svc["volumes"]:
+        source = volume.split(":")[0]
+        assert source in compose.get("volumes", {}) or (REPO / source).exists(), volume
+    assert svc["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
+
+
+def test_compose_command_runs_a_valid_profile(compose: dict) -> None:
+    cmd = compose["services"]["teleop"]["command"]
+    assert cmd[:3] == ["python", "-m", "server"]
+    config = cmd[cmd.index("--config") + 1].removeprefix("/app/")
+    load_config(REPO / config)  # raises if the profile is invalid
+    port = cmd[cmd.index("--port") + 1]
+    assert any(p.endswith(f":{port}") for p in compose["services"]["teleop"]["ports"])
+    assert cmd[cmd.index("--host") + 1] == "0.0.0.0"
+
+
+def test_dockerfile_copies_what_the_server_needs() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    assert text.startswith("#") and "FROM python:3.11" in text
+    for part in ("server", "drivers", "sim", "robotics", "web", "config"):
+        assert re.search(rf"^COPY {part} ", text, re.M), part
+    cmd = re.search(r"^CMD (\[.*\])$", text, re.M)
+    assert cmd, "exec-form CMD"
+    assert "--host" in cmd.group(1) and "0.0.0.0" in cmd.group(1)
+
+
+def test_readme_and_ci_promise_two_commands() -> None:
+    head = "\n".join((REPO / "README.md").read_text().splitlines()[:40])
+    assert "make run" in head and "make test" in head
+    ci = (REPO / ".ci" / "run").read_text()
+    commands = [shlex.split(line)[0] for line in ci.splitlines() if line.strip() and not line.startswith("#")]
+    assert "make" in commands
+    assert "make test" in ci
