@@ -53,6 +53,7 @@ def build_driver(cfg: dict[str, Any]) -> Driver:
             rover.setdefault("wheel_radius_m", cfg["robot"]["wheel_radius_m"])
             rover.setdefault("track_m", cfg["robot"]["track_m"])
             settings["rover"] = rover
+            settings.setdefault("rate_hz", cfg["loop"]["rate_hz"])  # sample every tick unless told otherwise
             seed = settings.pop("seed", 0)
             if isinstance(seed, bool) or not isinstance(seed, int):
                 raise ValueError("seed must be an integer")
@@ -273,6 +274,8 @@ async def robot_ctx(app: web.Application):
             pass  # event loop closed during shutdown
 
     loop.on_event = on_event
+    await hub.start()
+    loop.on_publish = hub.notify_threadsafe
     loop.start()
     deadline = aio_loop.time() + 5.0
     while loop.seq == 0:  # serve only once the first snapshot exists
@@ -280,7 +283,6 @@ async def robot_ctx(app: web.Application):
             loop.shutdown()
             raise DriverError("the control loop produced no first tick within 5 s")
         await asyncio.sleep(0.005)
-    await hub.start()
     try:
         yield
     finally:
@@ -309,6 +311,7 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
         driver, supervisor, controller,
         rate_hz=cfg["loop"]["rate_hz"], spin_s=cfg["loop"]["spin_us"] * 1e-6, realtime=cfg["loop"]["realtime"],
         event_log_size=cfg["telemetry"]["event_log_size"],
+        publish_every=max(1, round(cfg["loop"]["rate_hz"] / cfg["telemetry"]["rate_hz"])),
     )
     app[HUB] = TelemetryHub(loop.snapshot, cfg["telemetry"]["rate_hz"], cfg["telemetry"]["max_clients"])
     app[JINJA] = jinja2.Environment(loader=jinja2.FileSystemLoader(str(WEB_DIR / "templates")),

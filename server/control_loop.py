@@ -107,6 +107,7 @@ class ControlLoop:
         realtime: bool = True,
         event_log_size: int = 500,
         on_event: Callable[[Event], None] | None = None,
+        publish_every: int = 2,
     ) -> None:
         self.driver = driver
         self.supervisor = supervisor
@@ -118,6 +119,8 @@ class ControlLoop:
         self.stats = LoopStats(rate_hz)
         self.events: collections.deque[Event] = collections.deque(maxlen=event_log_size)
         self.on_event = on_event
+        self.publish_every = max(1, publish_every)
+        self.on_publish: Callable[[], None] | None = None
         self.setpoint = (0.0, 0.0)
         self.seq = 0
         self.latest: dict[str, Any] = {}
@@ -248,12 +251,18 @@ class ControlLoop:
                 },
             }
             self._drain_events()
+        if self.on_publish is not None and self.seq % self.publish_every == 0:
+            self.on_publish()
 
-    def _outputs_zero_event(self, now: float) -> None:
-        """Log when the outputs reached zero after a stop trigger (the stop latency, server side)."""
+    def _outputs_zero_event(self, tick_t: float) -> None:
+        """Log when the outputs reached zero after a stop trigger (the stop latency, server side).
+
+        ``after_trigger_s`` runs from the trigger (the tick that read the crossing sample,
+        or the operator's request) to just after ``halt()`` returned."""
         cause = self.supervisor.cause
         if cause is None:
             return
+        now = time.monotonic()
         self.supervisor.events.append(Event(
             now, "outputs_zero", f"outputs cut {now - cause.t:.4f} s after {cause.trigger}",
             self.supervisor.state.value, self.supervisor.state.value, kind="info",

@@ -82,36 +82,45 @@ class Client:
 
 
 class TelemetryHub:
-    """Publishes ``snapshot_fn()`` to every client at ``rate_hz``."""
+    """Publishes ``snapshot_fn()`` to every client when the control loop says a snapshot is due.
+
+    The control thread calls :meth:`notify_threadsafe` every N ticks (N = loop rate /
+    telemetry rate), so a published snapshot is at most one tick old. Notifications
+    coalesce: if the event loop is stalled, at most one publish is pending.
+    """
 
     def __init__(self, snapshot_fn: Callable[[], dict[str, Any]], rate_hz: float, max_clients: int = 100) -> None:
         self.snapshot_fn = snapshot_fn
-        self.period_s = 1.0 / rate_hz
+        self.rate_hz = rate_hz
         self.max_clients = max_clients
         self.clients: weakref.WeakSet[Client] = weakref.WeakSet()
         self.published = 0
         self.last_json = "{}"
-        self._task: asyncio.Task | None = None
+        self._aio: asyncio.AbstractEventLoop | None = None
+        self._pending = False
+        self._last_seq = None
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_t = loop.time()
-        last_seq = None
-        while True:
-            next_t += self.period_s
-            delay = next_t - loop.time()
-            if delay < -self.period_s:  # the event loop stalled: skip, don't burst
-                next_t = loop.time()
-            await asyncio.sleep(max(0.0, delay))
-            snap = self.snapshot_fn()
-            if not snap or snap.get("seq") == last_seq:
-                continue
-            last_seq = snap.get("seq")
-            data = dumps(snap)  # serialise once for every client
-            self.last_json = data
-            self.published += 1
-            for c in list(self.clients):
-                c.offer(data)
+    def notify_threadsafe(self) -> None:
+        """Called from the control thread: schedule a publish on the event loop."""
+        if self._pending or self._aio is None:
+            return
+        self._pending = True
+        try:
+            self._aio.call_soon_threadsafe(self.publish)
+        except RuntimeError:  # event loop closed during shutdown
+            self._pending = False
+
+    def publish(self) -> None:
+        self._pending = False
+        snap = self.snapshot_fn()
+        if not snap or snap.get("seq") == self._last_seq:
+            return
+        self._last_seq = snap.get("seq")
+        data = dumps(snap)  # serialise once for every client
+        self.last_json = data
+        self.published += 1
+        for c in list(self.clients):
+            c.offer(data)
 
     def broadcast(self, message: dict[str, Any]) -> None:
         """Queue a control-plane message (an event) for every client."""
@@ -120,15 +129,10 @@ class TelemetryHub:
             c.send_control(text)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name="telemetry-hub")
+        self._aio = asyncio.get_running_loop()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        self._aio = None
         clients = list(self.clients)
         self.clients.clear()
         await asyncio.gather(*(c.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
