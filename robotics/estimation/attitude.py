@@ -223,7 +223,7 @@ class AttitudeFilter:
         self.acc_gate = float(acc_gate)
         self.bias_gate = float(bias_gate)
         # Horizontal direction of magnetic north in the world (ENU).
-        self._north = np.array([math.sin(self.declination), math.cos(self.declination)])
+        self._north = (math.sin(self.declination), math.cos(self.declination))
         self.reset()
 
     def reset(self) -> None:
@@ -232,17 +232,70 @@ class AttitudeFilter:
         >>> f = AttitudeFilter(); f.reset(); f.initialised
         False
         """
-        self.R_world_body = np.eye(3)
-        self.gyro_bias = np.zeros(3)
+        # Unit quaternion (w, x, y, z) of R_world_body, kept in plain floats: at 3×3 sizes numpy's
+        # per-call overhead dominates and this runs every tick of a loop that must hold 1 kHz.
+        self._q = (1.0, 0.0, 0.0, 0.0)
+        self._bias = [0.0, 0.0, 0.0]
         self.initialised = False
+
+    @property
+    def R_world_body(self) -> np.ndarray:
+        """Current attitude as a rotation matrix (3, 3), body to world.
+
+        >>> AttitudeFilter().R_world_body.tolist()
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+        """
+        w, x, y, z = self._q
+        return np.array(
+            [
+                [1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - w * z), 2.0 * (x * z + w * y)],
+                [2.0 * (x * y + w * z), 1.0 - 2.0 * (x * x + z * z), 2.0 * (y * z - w * x)],
+                [2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)],
+            ]
+        )
+
+    @property
+    def gyro_bias(self) -> np.ndarray:
+        """Estimated gyro bias (3,) rad/s, already subtracted from the gyro input.
+
+        >>> AttitudeFilter().gyro_bias.tolist()
+        [0.0, 0.0, 0.0]
+        """
+        return np.array(self._bias)
 
     def _initialise(self, acc: np.ndarray, mag: np.ndarray | None) -> None:
         roll, pitch = roll_pitch_from_accel(acc) if np.any(acc) else (0.0, 0.0)
         yaw = 0.0
         if mag is not None and np.any(mag):
             yaw = yaw_from_mag(mag, roll, pitch, self.declination)
-        self.R_world_body = rotation_zyx(roll, pitch, yaw)
+        cr, sr = math.cos(0.5 * roll), math.sin(0.5 * roll)
+        cp, sp = math.cos(0.5 * pitch), math.sin(0.5 * pitch)
+        cy, sy = math.cos(0.5 * yaw), math.sin(0.5 * yaw)
+        # q = qz(yaw) ⊗ qy(pitch) ⊗ qx(roll)
+        self._q = (
+            cy * cp * cr + sy * sp * sr,
+            cy * cp * sr - sy * sp * cr,
+            cy * sp * cr + sy * cp * sr,
+            sy * cp * cr - cy * sp * sr,
+        )
         self.initialised = True
+
+    @staticmethod
+    def _rotate(q: tuple[float, float, float, float], wx: float, wy: float, wz: float):
+        """q ⊗ exp(w/2): turn q by the body-frame rotation vector (wx, wy, wz), renormalised."""
+        angle = math.sqrt(wx * wx + wy * wy + wz * wz)
+        if angle < 1e-12:
+            c, k = 1.0, 0.5
+        else:
+            c, k = math.cos(0.5 * angle), math.sin(0.5 * angle) / angle
+        dw, dx, dy, dz = c, k * wx, k * wy, k * wz
+        w, x, y, z = q
+        nw = w * dw - x * dx - y * dy - z * dz
+        nx = w * dx + x * dw + y * dz - z * dy
+        ny = w * dy - x * dz + y * dw + z * dx
+        nz = w * dz + x * dy - y * dx + z * dw
+        n = 1.0 / math.sqrt(nw * nw + nx * nx + ny * ny + nz * nz)
+        return nw * n, nx * n, ny * n, nz * n
 
     @property
     def euler(self) -> tuple[float, float, float]:
@@ -251,7 +304,14 @@ class AttitudeFilter:
         >>> AttitudeFilter().euler
         (0.0, 0.0, 0.0)
         """
-        return euler_zyx(self.R_world_body)
+        w, x, y, z = self._q
+        r20 = 2.0 * (x * z - w * y)
+        r21, r22 = 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)
+        if math.hypot(r21, r22) < 1e-9:
+            return euler_zyx(self.R_world_body)
+        pitch = math.asin(max(-1.0, min(1.0, -r20))) + 0.0
+        yaw = math.atan2(2.0 * (x * y + w * z), 1.0 - 2.0 * (y * y + z * z))
+        return math.atan2(r21, r22), pitch, yaw
 
     def update(self, dt_s: float, acc, gyro, mag=None) -> tuple[float, float, float]:
         """Advance by ``dt_s`` seconds with one sample of each sensor; returns (roll, pitch, yaw) rad.
@@ -262,39 +322,47 @@ class AttitudeFilter:
         >>> round(f.euler[2], 6)            # 1 s at 0.5 rad/s, pure gyro integration
         0.5
         """
-        acc = np.asarray(acc, dtype=float).reshape(3)
-        gyro = np.asarray(gyro, dtype=float).reshape(3)
-        mag = None if mag is None else np.asarray(mag, dtype=float).reshape(3)
+        ax, ay, az = (float(v) for v in acc)
+        gx, gy, gz = (float(v) for v in gyro)
         if not self.initialised:
-            self._initialise(acc, mag)
+            self._initialise(np.array([ax, ay, az]), None if mag is None else np.asarray(mag, dtype=float).reshape(3))
             return self.euler
         if not dt_s > 0.0:
             raise ValueError(f"dt_s must be positive, got {dt_s}")
+        b = self._bias
         # Predict with the gyro first, so the corrections compare sensors and estimate at the same instant.
-        r = self.R_world_body @ rotation_from_rotvec((gyro - self.gyro_bias) * dt_s)
-        error = np.zeros(3)
+        q = self._rotate(self._q, (gx - b[0]) * dt_s, (gy - b[1]) * dt_s, (gz - b[2]) * dt_s)
+        w, x, y, z = q
+        # Third row of R_world_body: world "up" in body axes.
+        ux, uy, uz = 2.0 * (x * z - w * y), 2.0 * (y * z + w * x), 1.0 - 2.0 * (x * x + y * y)
+        ex = ey = ez = 0.0
         misalignment = 0.0  # sine of the largest angle between estimate and measurement
-        acc_norm = math.sqrt(float(acc @ acc))
+        acc_norm = math.sqrt(ax * ax + ay * ay + az * az)
         if acc_norm > 0.0 and self.k_acc > 0.0:
             weight = 1.0 - abs(acc_norm - self.gravity) / (self.acc_gate * self.gravity)
             if weight > 0.0:
-                up_body = r[2, :]  # R_world_body.T @ e_z: the estimated "up" in body axes
-                tilt_error = np.cross(acc / acc_norm, up_body)
-                misalignment = math.sqrt(float(tilt_error @ tilt_error))
-                error += weight * self.k_acc * tilt_error
+                fx, fy, fz = ax / acc_norm, ay / acc_norm, az / acc_norm
+                # Measured up × estimated up: rotating by it brings the estimate onto the measurement.
+                tx, ty, tz = fy * uz - fz * uy, fz * ux - fx * uz, fx * uy - fy * ux
+                misalignment = math.sqrt(tx * tx + ty * ty + tz * tz)
+                k = weight * self.k_acc
+                ex, ey, ez = k * tx, k * ty, k * tz
         if mag is not None and self.k_mag > 0.0:
-            h = r @ mag  # the measured field in the estimated world frame
-            h_norm = math.hypot(h[0], h[1])
+            mx, my, mz = (float(v) for v in mag)
+            # The measured field in the estimated world frame (rows 0 and 1 of R_world_body).
+            hx = (1.0 - 2.0 * (y * y + z * z)) * mx + 2.0 * (x * y - w * z) * my + 2.0 * (x * z + w * y) * mz
+            hy = 2.0 * (x * y + w * z) * mx + (1.0 - 2.0 * (x * x + z * z)) * my + 2.0 * (y * z - w * x) * mz
+            h_norm = math.hypot(hx, hy)
             if h_norm > 0.0:
                 # Signed angle from the measured to the expected horizontal north, about world z.
-                err_z = (h[0] * self._north[1] - h[1] * self._north[0]) / h_norm
+                err_z = (hx * self._north[1] - hy * self._north[0]) / h_norm
                 misalignment = max(misalignment, abs(err_z))
-                error += self.k_mag * err_z * r[2, :]  # world z expressed in body axes
+                k = self.k_mag * err_z
+                ex, ey, ez = ex + k * ux, ey + k * uy, ez + k * uz  # world z expressed in body axes
         # Learn the bias only near convergence: a large start-up error would wind the integrator up
         # and take tens of seconds to unwind at a gain slow enough to reject noise.
         if self.k_bias > 0.0 and misalignment < self.bias_gate:
-            self.gyro_bias -= self.k_bias * error * dt_s
-        r = r @ rotation_from_rotvec(error * dt_s)
-        # First-order polar re-orthonormalisation keeps rounding from skewing the matrix.
-        self.R_world_body = r @ (1.5 * np.eye(3) - 0.5 * (r.T @ r))
+            kb = self.k_bias * dt_s
+            self._bias = [b[0] - kb * ex, b[1] - kb * ey, b[2] - kb * ez]
+        self._q = self._rotate(q, ex * dt_s, ey * dt_s, ez * dt_s)
         return self.euler

@@ -197,6 +197,11 @@ class PoseEstimator:
         1.0
         """
         sigma = self.yaw_sigma_rad if sigma_rad is None else float(sigma_rad)
-        h = np.array([[0.0, 0.0, 1.0]])
-        innovation = np.array([_wrap(float(yaw) - float(self.state[2]))])
-        self._correct(h, innovation, np.array([[sigma**2]]))
+        # Scalar measurement of one state: the Kalman update needs no matrix inverse.
+        p = self.covariance
+        s = float(p[2, 2]) + sigma * sigma
+        k = p[:, 2] / s
+        self.state = self.state + k * _wrap(float(yaw) - float(self.state[2]))
+        self.state[2] = _wrap(float(self.state[2]))
+        p = p - np.outer(k, k) * s
+        self.covariance = 0.5 * (p + p.T)
