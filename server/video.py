@@ -300,7 +300,7 @@ class VideoService:
         }
         self._encode_ms = 0.0
         self._jpeg_bytes = 0
-        self._capture_times: collections.deque[float] = collections.deque(maxlen=31)
+        self._capture_times: collections.deque[float] = collections.deque(maxlen=121)  # 2 s at 60 fps
 
     # ---------------------------------------------------------------- lifecycle (event loop)
     def start(self) -> None:
