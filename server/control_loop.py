@@ -125,7 +125,7 @@ class ControlLoop:
         self.seq = 0
         self.latest: dict[str, Any] = {}
         self.halt_count = 0
-        self._cut = False
+        self._cut_for: object | None = None  # the stop cause whose halt() was done
         self._last_frame_host_t = -math.inf
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -221,12 +221,12 @@ class ControlLoop:
             if mode == "ramp" and ctrl.stopped and sup.state is State.ESTOP:
                 mode = "cut"  # category 1: cut once the ramp has reached zero
             if mode == "cut":
-                if not self._cut:
+                if self._cut_for is not sup.cause:  # halt once per stop cause
                     self._halt()
-                    self._cut = True
+                    self._cut_for = sup.cause
                     self._outputs_zero_event(now)
             else:
-                self._cut = False
+                self._cut_for = None
                 if values is not None:
                     try:
                         self.driver.write(command)
@@ -314,9 +314,9 @@ class ControlLoop:
         def go() -> None:
             self.supervisor.request_estop(time.monotonic(), reason)
             self.setpoint = (0.0, 0.0)
-            if self.supervisor.output_mode() == "cut" and not self._cut:
+            if self.supervisor.output_mode() == "cut" and self._cut_for is not self.supervisor.cause:
                 self._halt()  # do not wait for the next tick
-                self._cut = True
+                self._cut_for = self.supervisor.cause
                 self.controller.reset()
                 self._outputs_zero_event(time.monotonic())
         return self._request(go)

@@ -1,0 +1,169 @@
+"""Control loop, stop latencies and telemetry fan-out on the real server (figures, never assertions).
+
+Run: ``.venv/bin/python bench/bench_server.py [--quick]``.
+
+- control-loop tick jitter p50/p99/max and deadlines met at 100 Hz and 1 kHz, idle and with
+  50 telemetry clients (clients in a separate process);
+- link-loss stop: how long after the timeout the supervisor commands the stop;
+- critical-rule stop: from the tick that reads the crossing sample to outputs zero;
+- telemetry latency (snapshot stamped in the control thread → client receive) for 1, 10, 50
+  clients, and server CPU per client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import time
+
+import aiohttp
+
+from common import cpu_seconds, start_server, summary_ms, wait_until
+
+
+# ---------------------------------------------------------------------- telemetry clients (own process)
+def _clients_proc(url: str, n: int, seconds: float, out: mp.Queue) -> None:
+    async def one(session: aiohttp.ClientSession, lat: list[float], stop_t: float) -> None:
+        async with session.ws_connect(url + "/ws/telemetry") as ws:
+            while time.time() < stop_t:
+                try:
+                    msg = await asyncio.wait_for(ws.receive(), 2)
+                except asyncio.TimeoutError:
+                    continue
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    break
+                now = time.time()
+                if msg.data.startswith('{"type":"telemetry"'):
+                    data = json.loads(msg.data)
+                    lat.append(now - data["data"]["t"])
+
+    async def main() -> list[float]:
+        lat: list[float] = []
+        stop_t = time.time() + seconds
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(one(session, lat, stop_t) for _ in range(n)))
+        return lat
+
+    out.put(asyncio.run(main()))
+
+
+def run_clients(url: str, n: int, seconds: float) -> tuple[mp.Process, mp.Queue]:
+    q: mp.Queue = mp.Queue()
+    p = mp.Process(target=_clients_proc, args=(url, n, seconds, q), daemon=True)
+    p.start()
+    return p, q
+
+
+def loop_stats(srv) -> dict:
+    return srv.state()["loop"]
+
+
+def bench_loop(rate_hz: float, clients: int, seconds: float) -> None:
+    srv = start_server({"loop": {"rate_hz": rate_hz}})
+    try:
+        if clients:
+            p, q = run_clients(srv.url, clients, seconds + 2)
+            wait_until(lambda: srv.get("/api/telemetry")[1]["clients"] >= clients, 20, "clients connected")
+        before = loop_stats(srv)
+        t0 = time.time()
+        time.sleep(seconds)
+        after = loop_stats(srv)
+        ticks = after["ticks"] - before["ticks"]
+        missed = after["missed"] - before["missed"]
+        met = 100.0 * ticks / max(1, ticks + missed)
+        print(f"  loop {rate_hz:6.0f} Hz, {clients:2d} clients, {time.time() - t0:.0f} s: jitter p50 {after['jitter_p50_us']:.1f}"
+              f" / p99 {after['jitter_p99_us']:.1f} / max {after['jitter_max_us']:.1f} µs (last 2048 ticks); "
+              f"deadlines met {met:.3f} % ({missed} missed of {ticks + missed}); tick exec p99 {after['exec_p99_us']:.0f} µs;"
+              f" {after['realtime']}")
+        if clients:
+            p.join(seconds + 20)
+    finally:
+        srv.stop()
+
+
+def bench_link_loss(trials: int, rate_hz: float) -> None:
+    srv = start_server({"loop": {"rate_hz": rate_hz}, "safety": {"command_timeout_s": 0.2}})
+    beyond, to_zero = [], []
+    try:
+        for _ in range(trials):
+            srv.post("/api/start")
+            srv.post("/api/speed", {"linear": 0.2, "angular": 0.0})
+            wait_until(lambda: srv.state()["state"] == "estop", 5, "link-loss stop")
+            cause = srv.state()["cause"]
+            beyond.append(cause["values"]["age_s"] - 0.2)
+            ev = wait_until(lambda: [e for e in srv.get("/api/events?limit=5")[1]["events"]
+                                     if e["trigger"] == "outputs_zero"], 5, "outputs zero")
+            to_zero.append(ev[-1]["values"]["after_trigger_s"])
+            srv.post("/api/reset")
+            srv.post("/api/debug/driver", {"teleport": [3.0, 2.0, 0.0]})
+        print(f"  link loss @ {rate_hz:.0f} Hz: stop commanded beyond the timeout: {summary_ms(beyond)}"
+              f"; ramp to zero (category 1): {summary_ms(to_zero)}")
+    finally:
+        srv.stop()
+
+
+def bench_rule_stop(trials: int, rate_hz: float) -> None:
+    srv = start_server({"loop": {"rate_hz": rate_hz}, "safety": {"command_timeout_s": 60.0, "rules": [
+        {"name": "battery_cut", "channel": "battery_v", "below": 10.5, "when": "running", "category": 0}]}})
+    lat = []
+    try:
+        for _ in range(trials):
+            srv.post("/api/debug/driver", {"battery_v": None})
+            wait_until(lambda: srv.post("/api/reset")[0] == 200 and srv.post("/api/start")[0] == 200, 5, "running")
+            seen = {e["t"] for e in srv.get("/api/events?limit=50")[1]["events"]}
+            srv.post("/api/debug/driver", {"battery_v": 10.0})
+            ev = wait_until(lambda: [e for e in srv.get("/api/events?limit=10")[1]["events"]
+                                     if e["trigger"] == "outputs_zero" and e["t"] not in seen], 5, "rule stop")
+            assert ev[-1]["values"]["trigger"] == "rule", ev
+            lat.append(ev[-1]["values"]["after_trigger_s"])
+        period_ms = 1e3 / rate_hz
+        print(f"  critical rule @ {rate_hz:.0f} Hz: crossing sample read → outputs zero: {summary_ms(lat)}"
+              f" (+ up to one sampling period, {period_ms:.1f} ms, before the sample is read)")
+    finally:
+        srv.stop()
+
+
+def bench_telemetry(n: int, seconds: float) -> None:
+    srv = start_server()
+    try:
+        cpu0, t0 = cpu_seconds(srv.proc.pid), time.time()
+        time.sleep(2)
+        idle_cpu = (cpu_seconds(srv.proc.pid) - cpu0) / (time.time() - t0)
+        p, q = run_clients(srv.url, n, seconds)
+        wait_until(lambda: srv.get("/api/telemetry")[1]["clients"] >= n, 20, "clients connected")
+        cpu0, t0 = cpu_seconds(srv.proc.pid), time.time()
+        lat = q.get(timeout=seconds + 30)
+        cpu = (cpu_seconds(srv.proc.pid) - cpu0) / (time.time() - t0)
+        p.join(10)
+        expected = n * 50 * seconds
+        stats = srv.get("/api/telemetry")[1]
+        print(f"  telemetry {n:2d} clients @ 50 Hz: latency {summary_ms(lat)}; delivered ≈ {100 * len(lat) / expected:.1f} %"
+              f" of {expected:.0f}; server CPU {100 * idle_cpu:.1f} % idle → {100 * cpu:.1f} % of a core"
+              f" ({100 * (cpu - idle_cpu) / n:.3f} % per client); drops {stats['dropped']}")
+    finally:
+        srv.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="shorter runs")
+    args = ap.parse_args()
+    secs = 5 if args.quick else 20
+    trials = 10 if args.quick else 40
+    print("== control loop")
+    for rate in (100, 1000):
+        for clients in (0, 50):
+            bench_loop(rate, clients, secs)
+    print("== stop latency")
+    for rate in (100, 1000):
+        bench_link_loss(trials, rate)
+        bench_rule_stop(trials, rate)
+    print("== telemetry fan-out")
+    for n in (1, 10, 50):
+        bench_telemetry(n, secs)
+
+
+if __name__ == "__main__":
+    main()

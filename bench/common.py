@@ -1,0 +1,48 @@
+"""Shared helpers for the benchmarks: start the real server, stats, CPU time of a process."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.conftest import TEST_DEFAULTS, ServerProc, deep_merge, wait_until  # noqa: E402
+
+import tomli_w  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def start_server(overrides: dict | None = None) -> ServerProc:
+    base = tomllib.loads((REPO / "config/rover-sim.toml").read_text())
+    cfg = deep_merge(deep_merge(base, TEST_DEFAULTS), overrides or {})
+    path = Path(tempfile.mkdtemp(prefix="teleop-bench-")) / "bench.toml"
+    path.write_text(tomli_w.dumps(cfg))
+    return ServerProc(path).start()
+
+
+def cpu_seconds(pid: int) -> float:
+    """user+system CPU seconds of a process (all threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def pct(values, q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else float("nan")
+
+
+def summary_ms(values) -> str:
+    v = np.asarray(values, dtype=float) * 1e3
+    if not len(v):
+        return "no samples"
+    return f"p50 {pct(v, 50):.3f} / p99 {pct(v, 99):.3f} / max {v.max():.3f} ms (n={len(v)})"
+
+
+__all__ = ["REPO", "ServerProc", "cpu_seconds", "pct", "start_server", "summary_ms", "wait_until"]
