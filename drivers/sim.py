@@ -233,6 +233,14 @@ class SimDriver(Driver):
         roll, pitch = sim.attitude
         return {"x": sim.x, "y": sim.y, "z": sim.z, "yaw": sim.yaw, "pitch": pitch, "roll": roll, "t": sim.sim_time_s}
 
+    def camera_source(self, settings: Mapping[str, Any]):
+        """A first-person camera rendered from this simulator's world and the rover's true pose."""
+        from drivers.camera.sim import SimCamera
+
+        if self._sim is None:
+            return None
+        return SimCamera(settings, self._sim.world, self.pose_snapshot, self._camera_rng)
+
     def pose_snapshot(self) -> dict[str, float]:
         """The latest true pose (``x, y, z`` m; ``yaw, pitch, roll`` rad; ``t`` sim s), a copy.
 

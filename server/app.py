@@ -28,6 +28,7 @@ from server.controller import Limits, RoverController
 from server.errors import ApiError, MalformedError, ValidationError, error_middleware
 from server.safety import SafetyConfig, Supervisor
 from server.telemetry import Client, TelemetryHub, dumps
+from server.video import VideoService, camera_factory, setup_video
 from server.validation import MAX_BODY_BYTES, number, parse_object, reject_unknown, string_list
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ def robot_description(app: web.Application) -> dict[str, Any]:
         "telemetry_rate_hz": cfg["telemetry"]["rate_hz"],
         "loop_rate_hz": cfg["loop"]["rate_hz"],
         "world": cfg["sim"]["world"] if app[DRIVER].name == "sim" else None,
-        "video": {"enabled": bool(cfg["video"].get("enabled", False))},
+        "video": {"enabled": bool(cfg["video"]["enabled"]), "source": cfg["video"]["source"],
+                  "width": cfg["video"]["width"], "height": cfg["video"]["height"], "fps": cfg["video"]["fps"]},
     }
 
 
@@ -332,6 +334,8 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
     if cfg["debug"]["routes"]:
         r.add_post("/api/debug/block", debug_block)
         r.add_post("/api/debug/driver", debug_driver)
+    if cfg["video"]["enabled"]:
+        setup_video(app, VideoService(camera_factory(driver), cfg["video"]))
     static = WEB_DIR / "static"
     static.mkdir(parents=True, exist_ok=True)
     r.add_static("/static/", static, append_version=False)

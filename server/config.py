@@ -205,5 +205,11 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> dict[
     cfg = _validate(raw, SCHEMA, "", where)
     _check_rules(cfg, where)
     cfg["driver"].setdefault("name", "sim")
+    from server.video import validate_video_settings  # the video module owns its keys
+
+    try:
+        cfg["video"] = validate_video_settings(cfg["video"])
+    except ValueError as err:
+        raise ConfigError(f"{where}: {err}") from None
     cfg["_source"] = where
     return cfg

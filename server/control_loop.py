@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -94,6 +94,26 @@ def try_realtime(priority: int = 50) -> str:
     return f"SCHED_FIFO {priority}"
 
 
+class Stage(Protocol):
+    """Per-tick processing of a frame in the control thread (estimators): adds derived channels
+    to ``values`` in place, before the safety rules see them. Must be fast and never block."""
+
+    def process(self, values: dict[str, float], dt_s: float, now: float) -> None: ...
+
+
+class Behavior(Protocol):
+    """An automatic motion (turn to a heading, a calibration run) that supplies the setpoint while
+    the robot is ``running``. The supervisor's every trigger still applies."""
+
+    name: str
+
+    def update(self, values: dict[str, float], dt_s: float, now: float) -> tuple[float, float] | None:
+        """The (linear, angular) setpoint for this tick, or ``None`` when finished."""
+
+    def cancel(self, reason: str) -> None:
+        """Called (under the lock) when the behavior is stopped before it finished."""
+
+
 class ControlLoop:
     """Owns the driver, the supervisor and the controller; every access goes through ``lock``."""
 
@@ -121,6 +141,8 @@ class ControlLoop:
         self.on_event = on_event
         self.publish_every = max(1, publish_every)
         self.on_publish: Callable[[], None] | None = None
+        self.stages: list[Stage] = []
+        self.behavior: Behavior | None = None
         self.setpoint = (0.0, 0.0)
         self.seq = 0
         self.latest: dict[str, Any] = {}
@@ -207,6 +229,9 @@ class ControlLoop:
                 err = f"{type(e).__name__}: {e}"
             except Exception as e:  # an unexpected driver bug is a fault too
                 err = f"unexpected {type(e).__name__}: {e}"
+            if values is not None:
+                for stage in self.stages:
+                    stage.process(values, dt, now)
             measured = values.get("linear_m_s", 0.0) if values else 0.0
             ctrl = self.controller
             lin = ctrl.linear if abs(ctrl.linear) >= abs(measured) else measured
@@ -216,6 +241,15 @@ class ControlLoop:
             mode = sup.output_mode()
             if sup.state is not was and sup.state is State.RUNNING:
                 ctrl.reset()
+            if self.behavior is not None:
+                if mode == "track" and values is not None:
+                    sp = self.behavior.update(values, dt, now)
+                    if sp is None:
+                        self._end_behavior(now, "finished", cancel=False)
+                    else:
+                        self.setpoint = sp
+                elif sup.state is not State.RUNNING:
+                    self._end_behavior(now, f"cancelled: robot {sup.state.value}")
             lin_sp, ang_sp = self.setpoint if mode == "track" else (0.0, 0.0)
             command = ctrl.update(dt, mode, lin_sp, ang_sp)
             if mode == "ramp" and ctrl.stopped and sup.state is State.ESTOP:
@@ -253,6 +287,36 @@ class ControlLoop:
             self._drain_events()
         if self.on_publish is not None and self.seq % self.publish_every == 0:
             self.on_publish()
+
+    def _end_behavior(self, now: float, how: str, cancel: bool = True) -> None:
+        """Stop the active behavior and zero the setpoint (called under the lock)."""
+        b = self.behavior
+        if b is None:
+            return
+        self.behavior = None
+        self.setpoint = (0.0, 0.0)
+        if cancel:
+            b.cancel(how)
+        state = self.supervisor.state.value
+        self.supervisor.events.append(Event(now, f"behavior_{'end' if not cancel else 'cancel'}",
+                                            f"{b.name}: {how}", state, state, kind="info"))
+
+    def start_behavior(self, behavior: Behavior) -> str:
+        """Hand the setpoint to ``behavior`` (409 unless running). Replaces any active one."""
+        def go() -> None:
+            now = time.monotonic()
+            sup = self.supervisor
+            if sup.state is not State.RUNNING:
+                raise Refused("not_running", f"robot is {sup.state.value}; start it first")
+            self._end_behavior(now, "replaced")
+            sup.touch(now)
+            self.behavior = behavior
+            sup.events.append(Event(now, "behavior_start", f"{behavior.name} started",
+                                    sup.state.value, sup.state.value, kind="info"))
+        return self._request(go)
+
+    def cancel_behavior(self, reason: str = "cancelled by the operator") -> str:
+        return self._request(lambda: self._end_behavior(time.monotonic(), reason))
 
     def _outputs_zero_event(self, tick_t: float) -> None:
         """Log when the outputs reached zero after a stop trigger (the stop latency, server side).
@@ -308,11 +372,16 @@ class ControlLoop:
         return self._request(go)
 
     def stop_robot(self) -> str:
-        return self._request(lambda: self.supervisor.request_stop(time.monotonic()))
+        def go() -> None:
+            now = time.monotonic()
+            self._end_behavior(now, "stop requested")
+            self.supervisor.request_stop(now)
+        return self._request(go)
 
     def estop(self, reason: str = "") -> str:
         def go() -> None:
             self.supervisor.request_estop(time.monotonic(), reason)
+            self._end_behavior(time.monotonic(), "e-stop")
             self.setpoint = (0.0, 0.0)
             if self.supervisor.output_mode() == "cut" and self._cut_for is not self.supervisor.cause:
                 self._halt()  # do not wait for the next tick
@@ -331,6 +400,7 @@ class ControlLoop:
         def go() -> None:
             now = time.monotonic()
             self.supervisor.check_speed(now, linear, angular)
+            self._end_behavior(now, "operator took over")
             self.supervisor.touch(now)
             self.supervisor.set_ttl(now, ttl_s)
             self.setpoint = (linear, angular)

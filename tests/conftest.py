@@ -143,7 +143,8 @@ class ServerProc:
         return body
 
 
-TEST_DEFAULTS = {"debug": {"routes": True}}
+# debug routes on (fault injection, event-loop blocking); video off unless a test turns it on (saves CPU)
+TEST_DEFAULTS = {"debug": {"routes": True}, "video": {"enabled": False}}
 
 
 @pytest.fixture

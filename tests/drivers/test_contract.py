@@ -436,6 +436,14 @@ class TestSimDriver(DriverContract):
         d.debug({"teleport": [2.0, 2.0, 0.0]})
         assert d.pose_snapshot()["x"] == 2.0
 
-    def test_camera_source_is_none_for_now_and_sim_is_exposed(self, opened):
-        assert opened.camera_source({}) is None
+    def test_camera_source_renders_the_sim_world(self, opened):
+        from server.video import validate_video_settings
+
+        cam = opened.camera_source(validate_video_settings({"width": 160, "height": 120}))
+        cam.open()
+        try:
+            frame, capture_t = cam.read()
+            assert frame.shape == (120, 160, 3) and capture_t > 0
+        finally:
+            cam.close()
         assert opened.sim is not None and opened.sim.sim_time_s == 0.0

@@ -123,7 +123,6 @@ def test_stuck_client_does_not_delay_others(server: ServerProc) -> None:
         first, last, received = asyncio.run(fast_client())
         assert received > 0
         assert last - first <= 5, (first, last)  # the reading client lost (almost) nothing meanwhile
-        assert server.state()["loop"]["overruns"] == 0
     finally:
         stuck.close()
 
