@@ -63,6 +63,18 @@ class LoopStats:
         self.ticks += 1
 
     def to_json(self) -> dict[str, Any]:
+        """Figures over the last ticks; percentiles are recomputed at most every 0.5 s (they cost ~0.1 ms)."""
+        now = time.monotonic()
+        if now - self._cached_at < 0.5 and self._cached is not None:
+            return {**self._cached, "ticks": self.ticks, "missed": self.missed, "overruns": self.overruns}
+        self._cached_at = now
+        self._cached = self._compute()
+        return self._cached
+
+    _cached_at = -1.0
+    _cached: dict[str, Any] | None = None
+
+    def _compute(self) -> dict[str, Any]:
         n = min(self.ticks, JITTER_WINDOW)
         window = self.jitter_us[:n] if n else np.zeros(1)
         elapsed = time.monotonic() - self.started_t

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
+import orjson
 import logging
-import math
 import time
 import weakref
 from typing import Any, Callable
@@ -25,19 +24,10 @@ log = logging.getLogger(__name__)
 MAX_CONTROL_QUEUE = 256
 
 
-def sanitize(obj: Any) -> Any:
-    """Replace NaN/inf with None so the JSON is valid (JSON has no NaN)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: sanitize(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [sanitize(v) for v in obj]
-    return obj
-
-
 def dumps(obj: Any) -> str:
-    return json.dumps(sanitize(obj), separators=(",", ":"), allow_nan=False)
+    """Compact JSON; NaN/inf become null (JSON has no NaN). orjson: ~10× faster than the stdlib here,
+    which matters because the snapshot is serialised on the event loop at the telemetry rate."""
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
 class Client:
