@@ -1,0 +1,391 @@
+"""The operator dashboard in real Chromium against the real server (python -m server).
+
+Every wait has a deadline and waits for a condition; nothing sleeps and hopes.
+Screenshots go to test-output/.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+TABLET = {"width": 800, "height": 1280}
+
+pytestmark = pytest.mark.e2e
+
+LINK_LOSS_DEADLINE_S = 5.0   # 0.5 s link timeout + a controlled stop, with generous slack
+
+
+# ---------------------------------------------------------------------- helpers
+
+def api(server, path: str):
+    status, body = server.get(path)
+    assert status == 200, (path, status, body)
+    return body
+
+
+def display_scale(spec: dict) -> float:
+    return 180.0 / math.pi if spec.get("unit") == "rad" else 1.0
+
+
+def widget_selectors(spec: dict) -> list[str]:
+    """Where a channel is shown: a gauge card unless it is plot-only, a plot legend entry if plotted."""
+    out = []
+    if spec.get("widget") != "plot":
+        out.append(".gauge")
+    if spec.get("plot") or spec.get("widget") == "plot":
+        out.append(".plot-series")
+    return out
+
+
+def displayed(dash, spec: dict) -> float | None:
+    """The value a channel's widget shows, back in SI; None for "—"."""
+    name = spec["name"]
+    if spec.get("widget") == "plot":
+        text = dash.widget_text(name, ".plot-series").split()
+        text = [t for t in text if t.replace(".", "", 1).lstrip("-").isdigit() or t == "—"]
+        raw = text[0] if text else "—"
+    else:
+        raw = dash.page.locator(f'.gauge[data-channel="{name}"] .gauge-value .v').inner_text().strip()
+    if raw in ("—", ""):
+        return None
+    if raw in ("ON", "OFF"):
+        return 1.0 if raw == "ON" else 0.0
+    return float(raw) / display_scale(spec)
+
+
+def server_state(server) -> dict:
+    return api(server, "/api/state")
+
+
+def speed_text(dash) -> float:
+    return float(dash.page.locator('.gauge[data-channel="linear_m_s"] .gauge-value .v').inner_text())
+
+
+def assert_no_nonzero_speed(messages: list[dict]) -> None:
+    bad = [m for m in messages if m["type"] in ("speed", "start")
+           and (m["type"] == "start" or (m.get("linear") or 0) != 0 or (m.get("angular") or 0) != 0)]
+    assert not bad, f"the page sent motion it was not asked for: {bad[:5]}"
+
+
+# ---------------------------------------------------------------------- tests
+
+def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(server_factory, open_dashboard,
+                                                                                wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    robot = api(server, "/api/robot")
+    assert robot["channels"], "the profile has no channels"
+
+    for spec in robot["channels"]:
+        for sel in widget_selectors(spec):
+            assert dash.page.locator(f'{sel}[data-channel="{spec["name"]}"]').count() == 1, \
+                f"no {sel} widget for channel {spec['name']}"
+
+    # each widget follows the simulator: what it shows matches /api/state within the channel's resolution
+    for spec in robot["channels"]:
+        tol = max(2 * 10 ** -int(spec.get("decimals", 2)), 0.02 * (spec["max"] - spec["min"]))
+
+        def matches(spec=spec, tol=tol):
+            shown = displayed(dash, spec)
+            actual = server_state(server)["values"].get(spec["name"])
+            if actual is None or shown is None:
+                return shown is None and actual is None
+            return abs(shown - actual) <= tol
+
+        wait_for(matches, 10.0, f"the {spec['name']} widget to show the simulator's value")
+
+    # status: idle badge, connection figures filled in, events and acquisition loaded
+    dash.wait_badge("idle")
+    dash.page.wait_for_function("document.querySelector('#connection [data-field=rtt]').textContent.endsWith('ms')")
+    assert dash.page.locator("#acq-channels input[type=checkbox]").count() == len(
+        api(server, "/api/acquisition")["available"])
+    assert dash.page.locator("#conn-banner").is_hidden()
+    assert dash.page.locator("#estop-banner").is_hidden()
+    assert dash.console_errors() == [], dash.console_errors()
+
+
+def test_start_and_joystick_drag_drive_the_rover_and_release_stops_it(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    dash.click_start()
+
+    dash.press_joystick(0.0, 0.8)
+    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 5.0, "the rover to move forward")
+    dash.page.wait_for_function(
+        "() => parseFloat(document.querySelector('.gauge[data-channel=linear_m_s] .v').textContent) > 0.05")
+    assert dash.page.locator("#joystick.held").count() == 1
+    dash.page.wait_for_function("document.querySelector('#drive-source').textContent === 'joystick'")
+    dash.screenshot("dashboard-driving.png")
+
+    dash.release_mouse()
+    wait_for(lambda: server_state(server)["setpoint"]["linear"] == 0.0, 5.0, "a zero setpoint after release")
+    wait_for(lambda: abs(server_state(server)["values"]["linear_m_s"]) < 0.01, 5.0, "the rover to stop")
+    dash.page.wait_for_function(
+        "() => Math.abs(parseFloat(document.querySelector('.gauge[data-channel=linear_m_s] .v').textContent)) < 0.02")
+    # released, the page keeps the link alive with heartbeats: the robot stays running, at rest
+    assert server_state(server)["state"] == "running"
+    assert dash.console_errors() == [], dash.console_errors()
+
+
+def test_keyboard_drives_while_held(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    dash.click_start()
+    dash.page.locator("#joystick").focus()
+    dash.page.keyboard.down("KeyW")
+    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 5.0, "W to drive forward")
+    dash.page.keyboard.up("KeyW")
+    wait_for(lambda: server_state(server)["setpoint"]["linear"] == 0.0, 5.0, "releasing W to command zero")
+    dash.page.keyboard.down("ArrowLeft")
+    wait_for(lambda: server_state(server)["setpoint"]["angular"] > 0.0, 5.0, "Left to turn left (positive yaw rate)")
+    dash.page.keyboard.up("ArrowLeft")
+    wait_for(lambda: server_state(server)["setpoint"]["angular"] == 0.0, 5.0, "releasing Left to command zero")
+
+
+def test_estop_button_latches_and_reset_after_confirmation_clears_it(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    dash.click_start()
+    dash.page.click("#estop")
+    wait_for(lambda: server_state(server)["state"] == "estop", 5.0, "the E-STOP button to latch the e-stop")
+    dash.wait_badge("estop")
+    banner = dash.page.locator("#estop-banner")
+    banner.wait_for(state="visible")
+    cause = server_state(server)["cause"]
+    assert cause["trigger"] in banner.inner_text()
+    assert "E-STOP" in dash.page.locator("#state-badge").inner_text().upper()
+    # the event log shows it too
+    dash.page.locator(f"#events .event-trigger:text-is('{cause['trigger']}')").first.wait_for()
+
+    dash.page.click("#btn-reset")
+    dialog = dash.page.locator("#reset-dialog")
+    dialog.wait_for(state="visible")
+    assert server_state(server)["state"] == "estop", "opening the dialog must not reset"
+    dash.page.click("#reset-cancel")
+    dialog.wait_for(state="hidden")
+    assert server_state(server)["state"] == "estop", "cancel must not reset"
+
+    dash.page.click("#btn-reset")
+    dash.page.click("#reset-confirm")
+    wait_for(lambda: server_state(server)["state"] == "idle", 5.0, "the confirmed reset to clear the e-stop")
+    dash.wait_badge("idle")
+    banner.wait_for(state="hidden")
+    dialog.wait_for(state="hidden")
+
+
+def test_space_key_latches_estop_even_with_a_button_focused(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    dash.click_start()
+    dash.page.wait_for_function("!document.querySelector('#btn-stop').disabled")
+    dash.page.locator("#btn-stop").focus()   # Space must not "click" Stop (a controlled stop)
+    dash.page.keyboard.press("Space")
+    wait_for(lambda: server_state(server)["state"] == "estop", 5.0, "Space to latch the e-stop")
+    assert server_state(server)["cause"]["category"] == 0
+    dash.page.locator("#estop-banner").wait_for(state="visible")
+
+
+def test_reset_refused_while_the_cause_persists_shows_why(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    dash.click_start()
+    status, body = server.post("/api/debug/driver", json={"battery_v": 10.0})
+    assert status == 200, body
+    wait_for(lambda: server_state(server)["state"] == "estop", 5.0, "a flat battery to e-stop the rover")
+    dash.page.locator("#estop-banner").wait_for(state="visible")
+    assert "battery" in dash.page.locator("#estop-banner").inner_text().lower()
+    # the battery gauge is in its critical zone (crit_low 10.5 V)
+    dash.page.locator('.gauge[data-channel="battery_v"].zone-crit').wait_for()
+
+    dash.page.click("#btn-reset")
+    dash.page.click("#reset-confirm")
+    err = dash.page.locator("#reset-error")
+    err.wait_for(state="visible")
+    status, refused = server.post("/api/reset")
+    assert status == 409, refused
+    assert refused["error"]["code"] in err.inner_text()
+    assert server_state(server)["state"] == "estop"
+    dash.page.locator("#command-error").wait_for(state="visible")
+
+    status, body = server.post("/api/debug/driver", json={"battery_v": None})
+    assert status == 200, body
+    # confirm again once the cause is gone
+    dash.page.click("#reset-confirm")
+    wait_for(lambda: server_state(server)["state"] == "idle", 5.0, "reset to succeed once the battery recovers")
+    dash.page.locator("#reset-dialog").wait_for(state="hidden")
+
+
+def _drive(dash, server, wait_for):
+    dash.click_start()
+    dash.press_joystick(0.0, 0.8)
+    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 5.0, "the rover to move")
+
+
+def _stopped_by_link_loss(server) -> bool:
+    s = server_state(server)
+    if s["state"] == "estop":
+        return s["cause"]["trigger"] == "link_loss"
+    return s["setpoint"]["linear"] == 0.0 and abs(s["values"]["linear_m_s"]) < 0.01
+
+
+def test_hiding_the_tab_while_driving_stops_the_rover(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    _drive(dash, server, wait_for)
+    epoch = dash.epoch()
+    sent_before = len(dash.sent_since(epoch))
+    # Headless Chromium keeps every page "visible", so emulate the tab switch the way the
+    # browser reports it: visibilityState becomes "hidden" and visibilitychange fires.
+    dash.js("""() => {
+        Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'});
+        Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
+        document.dispatchEvent(new Event('visibilitychange'));
+    }""")
+    wait_for(lambda: _stopped_by_link_loss(server), LINK_LOSS_DEADLINE_S, "the rover to stop after the tab is hidden")
+    wait_for(lambda: server_state(server)["state"] == "estop", LINK_LOSS_DEADLINE_S,
+             "the link-loss e-stop (the hidden page sends no heartbeats)")
+    assert server_state(server)["cause"]["trigger"] == "link_loss"
+    after = dash.sent_since(epoch)[sent_before:]
+    # exactly one zero speed, then silence (the mouse is still down on the joystick)
+    assert [m["type"] for m in after] == ["speed"], after
+    assert after[0]["linear"] == 0 and after[0]["angular"] == 0
+
+
+def test_window_losing_focus_while_driving_stops_the_rover(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    _drive(dash, server, wait_for)
+    # a real blur: stop emulating focus for every page, then bring another page to the front
+    cdp = dash.context.new_cdp_session(dash.page)
+    cdp.send("Emulation.setFocusEmulationEnabled", {"enabled": False})
+    other = dash.context.new_page()
+    other.bring_to_front()
+    dash.page.wait_for_function("!document.hasFocus()")
+    wait_for(lambda: server_state(server)["state"] == "estop", LINK_LOSS_DEADLINE_S,
+             "the link-loss stop after the window lost focus")
+    assert server_state(server)["cause"]["trigger"] == "link_loss"
+    dash.page.wait_for_function("document.querySelector('#drive-hint').textContent.includes('not focused')")
+
+
+def test_closing_the_page_while_driving_stops_the_rover(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    _drive(dash, server, wait_for)
+    dash.page.close(run_before_unload=True)
+    wait_for(lambda: _stopped_by_link_loss(server), LINK_LOSS_DEADLINE_S, "the rover to stop after the page closed")
+    wait_for(lambda: server_state(server)["state"] == "estop", LINK_LOSS_DEADLINE_S, "the link-loss e-stop")
+    assert server_state(server)["cause"]["trigger"] == "link_loss"
+
+
+def test_server_restart_page_reconnects_and_does_not_move_the_robot(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    _drive(dash, server, wait_for)          # the mouse stays down on the joystick throughout
+
+    server.kill()
+    dash.page.locator("#conn-banner").wait_for(state="visible", timeout=10000)
+    dash.page.wait_for_function("document.body.classList.contains('disconnected')")
+    dash.page.wait_for_function("document.querySelector('#gauges-panel').classList.contains('stale')")
+    dash.page.wait_for_function("!document.querySelector('#joystick').classList.contains('held')")
+    assert dash.page.locator("#btn-start").is_disabled()
+
+    server.restart()
+    epoch = dash.wait_connected(min_epoch=2, timeout_s=30)
+    dash.page.locator("#conn-banner").wait_for(state="hidden")
+    dash.wait_badge("idle")
+    s = server_state(server)
+    assert s["state"] == "idle" and s["setpoint"] == {"linear": 0.0, "angular": 0.0}
+
+    # Someone starts the robot over HTTP; the page, still with the mouse held down on the
+    # joystick, heartbeats (it is visible and focused) but must not resume driving.
+    status, body = server.post("/api/start")
+    assert status == 200, body
+    dash.move_mouse_by(10, -60)
+    wait_for(lambda: sum(m["type"] == "heartbeat" for m in dash.sent_since(epoch)) >= 10, 10.0,
+             "the reconnected page to heartbeat the running robot")
+    dash.move_mouse_by(-10, -50)
+    wait_for(lambda: sum(m["type"] == "heartbeat" for m in dash.sent_since(epoch)) >= 15, 10.0, "more heartbeats")
+    assert_no_nonzero_speed(dash.sent_since(epoch))
+    s = server_state(server)
+    assert s["state"] == "running" and s["setpoint"] == {"linear": 0.0, "angular": 0.0}
+    assert abs(s["values"]["linear_m_s"]) < 0.01
+
+    # acting again works: release, press again
+    dash.release_mouse()
+    dash.press_joystick(0.0, 0.8)
+    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 5.0, "a fresh press to drive")
+    dash.release_mouse()
+
+
+def test_acquisition_panel_applies_settings_and_shows_server_validation(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    page = dash.page
+    acq = api(server, "/api/acquisition")
+    page.wait_for_function("document.querySelectorAll('#acq-channels input').length > 0")
+
+    page.fill("#acq-rate", str(acq["max_rate_hz"] * 10))
+    page.click("#acq-apply")
+    err = page.locator("#acq-error")
+    err.wait_for(state="visible")
+    assert "rate_hz" in err.inner_text()
+    assert page.get_attribute("#acq-rate", "aria-invalid") == "true"
+    assert api(server, "/api/acquisition")["rate_hz"] == acq["rate_hz"], "a refused setting changes nothing"
+
+    page.fill("#acq-rate", "50")
+    page.click("#acq-apply")
+    err.wait_for(state="hidden")
+    wait_for(lambda: api(server, "/api/acquisition")["rate_hz"] == 50.0, 5.0, "the new rate to be applied")
+    page.wait_for_function("document.querySelector('#acq-status').textContent.startsWith('applied')")
+
+
+def test_tablet_layout_fits_and_touch_drives(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server, viewport=TABLET, has_touch=True)
+    page = dash.page
+    assert page.evaluate("document.documentElement.scrollWidth") <= TABLET["width"], "horizontal scrolling on a tablet"
+    box = page.locator("#estop").bounding_box()
+    assert box and box["y"] + box["height"] <= TABLET["height"] and box["x"] + box["width"] <= TABLET["width"]
+    assert box["width"] >= 44 and box["height"] >= 44, "E-STOP too small to hit with a finger"
+
+    dash.page.click("#btn-start")
+    dash.wait_badge("running")
+    cx, cy, r = dash.joystick_center()
+    cdp = dash.context.new_cdp_session(page)
+
+    def touch(kind: str, x: float, y: float) -> None:
+        points = [] if kind == "touchEnd" else [{"x": x, "y": y, "id": 1}]
+        cdp.send("Input.dispatchTouchEvent", {"type": kind, "touchPoints": points})
+
+    touch("touchStart", cx, cy)
+    for i in range(1, 6):
+        touch("touchMove", cx, cy - r * 0.12 * i)
+    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 5.0, "a touch drag to drive")
+    dash.screenshot("dashboard-tablet.png", full_page=False)
+    touch("touchEnd", 0, 0)
+    wait_for(lambda: server_state(server)["setpoint"]["linear"] == 0.0, 5.0, "lifting the finger to command zero")
+    assert dash.console_errors() == [], dash.console_errors()
+
+
+def test_gamepad_stick_drives_and_button_1_latches_estop(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    dash.click_start()
+    # Headless Chromium has no gamepads: stand one in for navigator.getGamepads(), as the
+    # Gamepad API would report it, and announce it with the real event name.
+    dash.js("""() => {
+        const pad = { connected: true, index: 0, id: 'test pad', mapping: 'standard',
+                      axes: [0, 0, 0, 0], buttons: Array.from({length: 17}, () => ({pressed: false, value: 0})) };
+        window.__pad = pad;
+        navigator.getGamepads = () => [pad];
+        window.dispatchEvent(new Event('gamepadconnected'));
+    }""")
+    dash.js("() => { window.__pad.axes[1] = -0.8; }")          # stick forward
+    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 5.0, "the stick to drive forward")
+    dash.page.wait_for_function("document.querySelector('#drive-source').textContent === 'gamepad'")
+    dash.js("() => { window.__pad.axes[1] = 0.05; }")          # back inside the dead zone
+    wait_for(lambda: server_state(server)["setpoint"]["linear"] == 0.0, 5.0, "a centred stick to command zero")
+    dash.js("() => { window.__pad.buttons[1] = {pressed: true, value: 1}; }")
+    wait_for(lambda: server_state(server)["state"] == "estop", 5.0, "gamepad button 1 to latch the e-stop")

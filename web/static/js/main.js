@@ -1,0 +1,215 @@
+// Dashboard entry point: builds the panels from the robot description, wires them
+// to the session and renders the latest snapshot once per animation frame.
+//
+// Every panel has setState(snapshot | null); null means "no connection": it greys
+// out and keeps its last values. Telemetry can arrive faster than the screen
+// refreshes: each message only replaces `latest` (and feeds the plots' buffers);
+// one requestAnimationFrame renders whatever is newest (latest wins).
+
+import { session, clockOffsetMs } from "./session.js";
+import { createGauges } from "./gauges.js";
+import { createPlots } from "./plots.js";
+import { createDrive } from "./drive.js";
+import { createControls } from "./controls.js";
+import { createConnection, createHealth, createStateBadge } from "./status.js";
+import { createEventLog } from "./events.js";
+import { createAcquisition } from "./acquisition.js";
+
+const $ = (sel) => document.querySelector(sel);
+
+function readRobot() {
+  try {
+    return JSON.parse($("#robot-description").textContent) || {};
+  } catch {
+    return {};
+  }
+}
+
+// ---------------------------------------------------------------------- render statistics
+// performance.measure around the render and the message handling; the entries are
+// cleared at once (a 10-minute session must not grow the timeline) and folded into
+// `stats`, which bench/bench_dashboard.py reads.
+
+const RING = 2048;
+const stats = {
+  messages: 0,
+  renders: 0,
+  renderMs: new Float64Array(RING),
+  handleMs: new Float64Array(RING),
+  renderTotalMs: 0,
+  handleTotalMs: 0,
+  reset() {
+    this.messages = this.renders = 0;
+    this.renderTotalMs = this.handleTotalMs = 0;
+  },
+  snapshot() {
+    const take = (ring, n) => Array.from(ring.subarray(0, Math.min(n, RING)));
+    return {
+      messages: this.messages,
+      renders: this.renders,
+      renderTotalMs: this.renderTotalMs,
+      handleTotalMs: this.handleTotalMs,
+      renderMs: take(this.renderMs, this.renders),
+      handleMs: take(this.handleMs, this.messages),
+    };
+  },
+};
+
+function measure(name, startMark) {
+  const m = performance.measure(name, startMark);
+  performance.clearMarks(startMark);
+  performance.clearMeasures(name);
+  return m ? m.duration : 0;
+}
+
+// ---------------------------------------------------------------------- panels
+
+const robot = readRobot();
+const log = createEventLog({ list: $("#events"), panel: $("#events-panel") });
+const drive = createDrive({ root: $("#controls-panel"), onEstop: (src) => controls.estop(src) });
+const controls = createControls({
+  root: $("#controls-panel"), dialog: $("#reset-dialog"), estopButton: $("#estop"), log, drive,
+});
+const badge = createStateBadge({ badge: $("#state-badge"), banner: $("#estop-banner") });
+const connection = createConnection({ el: $("#connection"), banner: $("#conn-banner") });
+const health = createHealth({ root: $("#health-panel") });
+const gauges = createGauges({ container: $("#gauges"), panel: $("#gauges-panel") });
+const plots = createPlots({ container: $("#plots"), panel: $("#plots-panel"), windowSelect: $("#plot-window") });
+const acquisition = createAcquisition({ panel: $("#acquisition-panel"), form: $("#acq-form"), log });
+const panels = [badge, controls, health, gauges, plots, log, acquisition];
+let video = null;
+
+let channelsKey = "";
+function buildFromRobot(r) {
+  const key = JSON.stringify(r.channels || []);
+  if (key === channelsKey) return;
+  channelsKey = key;
+  gauges.build(r.channels);
+  plots.build(r.channels);
+  acquisition.setLabels(r.channels);
+  drive.setLimits(r);
+  if (r.name) $("#robot-name").textContent = r.name;
+}
+buildFromRobot(robot);
+
+function setAll(snap) {
+  for (const p of panels) p.setState(snap);
+}
+setAll(null);
+
+// ---------------------------------------------------------------------- render loop
+
+let latest = null;
+let framePending = false;
+
+function render() {
+  framePending = false;
+  if (!latest) return;
+  performance.mark("teleop:render:start");
+  setAll(latest);
+  // uPlot draws in a microtask queued by setData; ours runs after it, so the
+  // measure covers the charts' drawing too.
+  queueMicrotask(() => {
+    const ms = measure("teleop:render", "teleop:render:start");
+    stats.renderMs[stats.renders % RING] = ms;
+    stats.renders += 1;
+    stats.renderTotalMs += ms;
+  });
+}
+
+session.on("telemetry", (snap) => {
+  performance.mark("teleop:message:start");
+  latest = snap;
+  drive.noteState(snap.state);
+  plots.push(snap);
+  if (!framePending) {
+    framePending = true;
+    requestAnimationFrame(render);
+  }
+  const ms = measure("teleop:message", "teleop:message:start");
+  stats.handleMs[stats.messages % RING] = ms;
+  stats.messages += 1;
+  stats.handleTotalMs += ms;
+});
+
+session.on("hello", ({ robot: r, state }) => {
+  if (r) buildFromRobot(r);
+  latest = state;
+  if (state) {
+    drive.noteState(state.state);
+    setAll(state);
+  }
+  acquisition.reload();
+  if (video && video.setState) video.setState({ connected: true, robot: r });
+});
+
+session.on("disconnect", ({ wasConnected }) => {
+  latest = null;
+  setAll(null);
+  if (video && video.setState) video.setState(null);
+  if (wasConnected) log.local({ trigger: "connection", message: "connection to the robot lost", kind: "error" });
+});
+
+session.on("error", ({ command, error }) => {
+  // Errors of awaited commands are shown by their caller; these are fire-and-forget ones.
+  if (command === "start" || command === "stop" || command === "reset" || command === "estop") return;
+  noteAsyncError(command, error);
+});
+
+// Speed/heartbeat errors come at up to 20 Hz: log each kind once per 2 s.
+const lastErrorAt = new Map();
+function noteAsyncError(command, error) {
+  const key = `${command}|${error.code}`;
+  const now = performance.now();
+  if (now - (lastErrorAt.get(key) || -Infinity) < 2000) return;
+  lastErrorAt.set(key, now);
+  log.local({ trigger: command || "command", message: `${error.code || "error"}: ${error.message || ""}`, kind: "error" });
+}
+
+// ---------------------------------------------------------------------- video slot
+// video.js belongs to the video engineer: createVideoPanel(container, {clockOffset}).
+// The dashboard works without it.
+
+async function loadVideo() {
+  const slot = $("#video-panel");
+  const placeholder = slot.querySelector(".video-placeholder");
+  if (robot.video && robot.video.enabled === false) {
+    placeholder.textContent = "Video is disabled in this profile.";
+    return;
+  }
+  try {
+    const mod = await import("./video.js");
+    placeholder.remove();
+    video = mod.createVideoPanel(slot, { clockOffset: clockOffsetMs }) || null;
+    if (video && video.setState && !session.connected) video.setState(null);
+  } catch (err) {
+    placeholder.textContent = "Video is not available.";
+    console.info("teleop: no video panel:", err && err.message);
+  }
+}
+loadVideo();
+
+// ---------------------------------------------------------------------- page lifecycle
+
+window.addEventListener("pagehide", () => session.stop());
+window.addEventListener("pageshow", (e) => {
+  if (e.persisted) session.start();
+});
+
+// Frames per second, for the bench: counts requestAnimationFrame callbacks over a
+// short window. Not always on: an endless rAF loop would cost power on a tablet.
+stats.measureFps = (windowMs = 5000) => new Promise((resolve) => {
+  let frames = 0;
+  const t0 = performance.now();
+  const tick = (now) => {
+    frames += 1;
+    if (now - t0 < windowMs) requestAnimationFrame(tick);
+    else resolve((frames * 1000) / (now - t0));
+  };
+  requestAnimationFrame(tick);
+});
+
+// A small handle for tests, the bench and the browser console.
+window.teleop = Object.freeze({ session, stats, drive, controls, connection, clockOffsetMs });
+
+session.start();

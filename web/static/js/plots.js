@@ -1,0 +1,183 @@
+// Rolling plots (uPlot) of the channels with plot=true or widget "plot".
+//
+// Channels sharing a display unit share one chart. Every telemetry sample is kept
+// (push, at the telemetry rate); the chart is redrawn at most once per animation
+// frame, only when new samples arrived. The x scale follows the newest sample, so
+// old points scroll out; arrays are trimmed in batches, not per sample.
+
+import uPlot from "../vendor/uplot-1.6.32/uPlot.esm.js";
+import { displayOf, formatNumber, setText } from "./format.js";
+
+const KEEP_S = 60;                  // longest selectable window
+// Charts redraw at most ~15 Hz: a 30 s window scrolls about 2 px per redraw, and
+// redrawing four canvases every frame was the dashboard's largest main-thread cost
+// (bench/bench_dashboard.py).
+const MIN_REDRAW_MS = 66;
+const HEIGHT_PX = 150;
+const PALETTE = ["#5aa9ff", "#3ecf6e", "#f3b619", "#ff7ac6", "#b18cff", "#4fd6d0", "#ff8a5b", "#c3e05a"];
+
+function axis() {
+  return {
+    stroke: "#a3afbb",
+    grid: { stroke: "#2a333d", width: 1 },
+    ticks: { stroke: "#2e3843", width: 1 },
+    font: "11px system-ui, sans-serif",
+  };
+}
+
+function clockLabel(t) {
+  const d = new Date(t * 1000);
+  const p = (n) => String(n).padStart(2, "0");
+  return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+
+export function createPlots({ container, panel, windowSelect }) {
+  let groups = [];
+  let windowS = Number(windowSelect.value) || 30;
+  let gap = false;
+  let latestT = null;
+  let lastDrawMs = -Infinity;
+
+  windowSelect.addEventListener("change", () => {
+    windowS = Number(windowSelect.value) || 30;
+    for (const g of groups) g.dirty = true;
+  });
+
+  // Charts scrolled out of view are not redrawn (their buffers still fill).
+  const visibility = new IntersectionObserver((entries) => {
+    for (const e of entries) {
+      const g = e.target.plotGroup;
+      if (g) g.onScreen = e.isIntersecting;
+    }
+  });
+
+  function destroy() {
+    visibility.disconnect();
+    for (const g of groups) g.u.destroy();
+    groups = [];
+    container.replaceChildren();
+  }
+
+  function build(channels) {
+    destroy();
+    const byUnit = new Map();
+    for (const spec of channels || []) {
+      if (!(spec.plot || spec.widget === "plot")) continue;
+      const d = displayOf(spec);
+      if (!byUnit.has(d.unit)) byUnit.set(d.unit, []);
+      byUnit.get(d.unit).push({ spec, d });
+    }
+    let colour = 0;
+    for (const [unit, members] of byUnit) {
+      const box = document.createElement("figure");
+      box.className = "plot";
+      box.style.margin = "0";
+      const legend = document.createElement("figcaption");
+      legend.className = "plot-legend";
+      const series = [{}];
+      const items = [];
+      for (const m of members) {
+        const stroke = PALETTE[colour++ % PALETTE.length];
+        series.push({ label: m.spec.label || m.spec.name, stroke, width: 1.5, spanGaps: false, points: { show: false } });
+        const item = document.createElement("span");
+        item.className = "plot-series";
+        item.dataset.channel = m.spec.name;
+        const sw = document.createElement("i");
+        sw.className = "plot-swatch";
+        sw.style.background = stroke;
+        const label = document.createElement("span");
+        label.textContent = m.spec.label || m.spec.name;
+        const value = document.createElement("b");
+        value.className = "plot-value";
+        value.textContent = "—";
+        item.append(sw, label, " ", value, unit ? ` ${unit}` : "");
+        legend.appendChild(item);
+        items.push({ spec: m.spec, scale: m.d.scale, decimals: m.d.decimals, valueEl: value });
+      }
+      box.appendChild(legend);
+      container.appendChild(box);
+      const data = [[], ...members.map(() => [])];
+      const width = Math.max(200, container.clientWidth - 12);
+      const u = new uPlot({
+        width,
+        height: HEIGHT_PX,
+        legend: { show: false },
+        cursor: { drag: { x: false, y: false } },
+        scales: {
+          x: { time: true, range: () => (latestT === null ? [0, 1] : [latestT - windowS, latestT]) },
+          y: { auto: true },
+        },
+        axes: [{ ...axis(), values: (u, splits) => splits.map(clockLabel) }, { ...axis(), size: 48, label: unit || undefined, labelSize: 14 }],
+        series,
+      }, data, box);
+      u.root.setAttribute("aria-label", `Plot of ${members.map((m) => m.spec.label || m.spec.name).join(", ")}`);
+      u.root.setAttribute("role", "img");
+      const g = { unit, items, data, u, dirty: true, box, onScreen: true };
+      groups.push(g);
+      visibility.observe(box);
+      box.plotGroup = g;
+    }
+    panel.hidden = groups.length === 0;
+  }
+
+  /** Append one snapshot's samples (call for every telemetry message). */
+  function push(snap) {
+    const t = snap.t;
+    if (!Number.isFinite(t)) return;
+    if (latestT !== null && t <= latestT) return;   // duplicate or out of order
+    const values = snap.values || {};
+    for (const g of groups) {
+      const xs = g.data[0];
+      if (gap && xs.length) {
+        // A null row breaks the line across a disconnection.
+        xs.push((latestT + t) / 2);
+        for (let i = 0; i < g.items.length; i++) g.data[i + 1].push(null);
+      }
+      xs.push(t);
+      for (let i = 0; i < g.items.length; i++) {
+        const v = values[g.items[i].spec.name];
+        g.data[i + 1].push(typeof v === "number" && Number.isFinite(v) ? v * g.items[i].scale : null);
+      }
+      // Trim in batches: drop what is older than KEEP_S once it is 10 % over.
+      const cut = t - KEEP_S;
+      if (xs[0] < cut - KEEP_S * 0.1) {
+        let n = 0;
+        while (n < xs.length && xs[n] < cut) n++;
+        for (const arr of g.data) arr.splice(0, n);
+      }
+      g.dirty = true;
+    }
+    gap = false;
+    latestT = t;
+  }
+
+  function setState(snap) {
+    if (panel.classList.contains("stale") !== (snap === null)) panel.classList.toggle("stale", snap === null);
+    if (!snap) {
+      gap = true;
+      return;
+    }
+    const values = snap.values || {};
+    const now = performance.now();
+    const draw = now - lastDrawMs >= MIN_REDRAW_MS;
+    if (draw) lastDrawMs = now;
+    for (const g of groups) {
+      for (const it of g.items) {
+        const v = values[it.spec.name];
+        setText(it.valueEl, formatNumber(typeof v === "number" ? v * it.scale : null, it.decimals));
+      }
+      if (draw && g.dirty && g.onScreen) {
+        g.dirty = false;
+        g.u.setData(g.data);
+      }
+    }
+  }
+
+  function resize() {
+    const width = Math.max(200, container.clientWidth - 12);
+    for (const g of groups) if (g.u.width !== width) g.u.setSize({ width, height: HEIGHT_PX });
+  }
+  new ResizeObserver(resize).observe(container);
+
+  return { build, push, setState, get count() { return groups.length; } };
+}
