@@ -189,6 +189,31 @@ async function loadVideo() {
 }
 loadVideo();
 
+// ---------------------------------------------------------------------- optional panels
+// <section data-panel-module="x.js" data-panel-factory="createX"> in a template partial:
+// the module is imported here and its panel joins the others (setState per frame, null
+// on disconnect). A missing or broken module leaves its section saying so.
+
+async function loadOptionalPanels() {
+  for (const root of document.querySelectorAll("[data-panel-module]")) {
+    const file = root.dataset.panelModule;
+    const factory = root.dataset.panelFactory;
+    if (!/^[\w-]+\.js$/.test(file)) continue;     // same folder only
+    try {
+      const mod = await import(`./${file}`);
+      const panel = mod[factory]({ root, robot: session.robot || robot, session, clockOffset: clockOffsetMs });
+      if (panel && typeof panel.setState === "function") {
+        panels.push(panel);
+        panel.setState(session.connected ? latest : null);
+      }
+    } catch (err) {
+      root.classList.add("stale");
+      console.warn(`teleop: panel ${file} not loaded:`, err);
+    }
+  }
+}
+loadOptionalPanels();
+
 // ---------------------------------------------------------------------- page lifecycle
 
 window.addEventListener("pagehide", () => session.stop());

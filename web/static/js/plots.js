@@ -43,16 +43,7 @@ export function createPlots({ container, panel, windowSelect }) {
     for (const g of groups) g.dirty = true;
   });
 
-  // Charts scrolled out of view are not redrawn (their buffers still fill).
-  const visibility = new IntersectionObserver((entries) => {
-    for (const e of entries) {
-      const g = e.target.plotGroup;
-      if (g) g.onScreen = e.isIntersecting;
-    }
-  });
-
   function destroy() {
-    visibility.disconnect();
     for (const g of groups) g.u.destroy();
     groups = [];
     container.replaceChildren();
@@ -112,10 +103,7 @@ export function createPlots({ container, panel, windowSelect }) {
       }, data, box);
       u.root.setAttribute("aria-label", `Plot of ${members.map((m) => m.spec.label || m.spec.name).join(", ")}`);
       u.root.setAttribute("role", "img");
-      const g = { unit, items, data, u, dirty: true, box, onScreen: true };
-      groups.push(g);
-      visibility.observe(box);
-      box.plotGroup = g;
+      groups.push({ unit, items, data, u, dirty: true, box });
     }
     panel.hidden = groups.length === 0;
   }
@@ -166,7 +154,7 @@ export function createPlots({ container, panel, windowSelect }) {
         const v = values[it.spec.name];
         setText(it.valueEl, formatNumber(typeof v === "number" ? v * it.scale : null, it.decimals));
       }
-      if (draw && g.dirty && g.onScreen) {
+      if (draw && g.dirty) {
         g.dirty = false;
         g.u.setData(g.data);
       }

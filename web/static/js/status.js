@@ -115,7 +115,8 @@ export function createHealth({ root }) {
       setText(f.missed, String(loop.missed ?? "—"));
       setText(f.jitter, formatNumber(loop.jitter_p99_us, 0));
       setText(f.realtime, String(loop.realtime ?? "—"));
-      setText(f.link_age, formatNumber(link.age_s, 2));
+      // The link age only matters while running; idle, nobody needs to heartbeat.
+      setText(f.link_age, snap.state === "running" || snap.state === "stopping" ? formatNumber(link.age_s, 2) : "—");
       setText(f.link_timeout, formatNumber(link.timeout_s, 2));
       if (Number.isFinite(link.age_s) && Number.isFinite(link.timeout_s)) {
         mark(f.link_age, snap.state === "running" && link.age_s > link.timeout_s * 0.6 ? "warn" : "");
