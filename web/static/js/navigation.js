@@ -1,0 +1,226 @@
+// Navigation panel: artificial horizon, compass, field map, and the heading and
+// calibration commands. One module, setState(snapshot | null) like every panel.
+//
+// Conventions (DESIGN.md): yaw is ENU (0 = east, counter-clockwise), compass
+// heading = (90° − yaw) mod 360; positive pitch is nose-down, positive roll is
+// right side down. The map draws world x east to the right and y north up.
+
+const SVG = "http://www.w3.org/2000/svg";
+const DEG = 180 / Math.PI;
+const TRAIL = 300;
+
+function el(name, attrs = {}, parent = null) {
+  const e = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function num(v) {
+  return typeof v === "number" && Number.isFinite(v) ? v : null;
+}
+
+function createHorizon(container) {
+  const svg = el("svg", { viewBox: "-50 -50 100 100", class: "nav-horizon", role: "img",
+    "aria-label": "Attitude indicator" }, container);
+  const clip = el("clipPath", { id: "nav-horizon-clip" }, el("defs", {}, svg));
+  el("circle", { r: 48 }, clip);
+  const world = el("g", { "clip-path": "url(#nav-horizon-clip)" }, svg);
+  const card = el("g", {}, world);
+  el("rect", { x: -150, y: -150, width: 300, height: 150, class: "sky" }, card);
+  el("rect", { x: -150, y: 0, width: 300, height: 150, class: "ground" }, card);
+  el("line", { x1: -150, y1: 0, x2: 150, y2: 0, class: "horizon-line" }, card);
+  for (const p of [-20, -10, 10, 20]) {
+    const y = -p * 1.5;
+    el("line", { x1: -10, y1: y, x2: 10, y2: y, class: "pitch-line" }, card);
+  }
+  el("path", { d: "M-22 0 H-8 L-4 4 M22 0 H8 L4 4", class: "aircraft" }, svg);
+  el("circle", { r: 48, class: "bezel" }, svg);
+  const text = el("text", { x: 0, y: 44, class: "nav-readout", "text-anchor": "middle" }, svg);
+  return {
+    set(roll, pitch) {
+      if (roll === null || pitch === null) {
+        text.textContent = "—";
+        return;
+      }
+      // nose-down (positive pitch) moves the horizon up in view; right side down rolls the card
+      card.setAttribute("transform", `rotate(${(-roll * DEG).toFixed(2)}) translate(0 ${(-pitch * DEG * 1.5).toFixed(2)})`);
+      text.textContent = `roll ${(roll * DEG).toFixed(1)}°  pitch ${(pitch * DEG).toFixed(1)}°`;
+    },
+  };
+}
+
+function createCompass(container) {
+  const svg = el("svg", { viewBox: "-50 -50 100 100", class: "nav-compass", role: "img",
+    "aria-label": "Compass" }, container);
+  el("circle", { r: 46, class: "bezel" }, svg);
+  const cardG = el("g", {}, svg);
+  for (let d = 0; d < 360; d += 30) {
+    const a = d / DEG;
+    el("line", { x1: 40 * Math.sin(a), y1: -40 * Math.cos(a), x2: 45 * Math.sin(a), y2: -45 * Math.cos(a),
+      class: "tick" }, cardG);
+  }
+  for (const [label, d] of [["N", 0], ["E", 90], ["S", 180], ["W", 270]]) {
+    const a = d / DEG;
+    const t = el("text", { x: 33 * Math.sin(a), y: -33 * Math.cos(a) + 3, "text-anchor": "middle",
+      class: label === "N" ? "cardinal north" : "cardinal" }, cardG);
+    t.textContent = label;
+  }
+  const target = el("path", { d: "M0 -46 L-4 -38 L4 -38 Z", class: "target", visibility: "hidden" }, cardG);
+  el("path", { d: "M0 -30 L5 0 L0 -5 L-5 0 Z", class: "lubber" }, svg);
+  const text = el("text", { x: 0, y: 20, "text-anchor": "middle", class: "nav-readout big" }, svg);
+  return {
+    set(heading, targetDeg) {
+      if (heading === null) {
+        text.textContent = "—";
+        return;
+      }
+      // the card turns so that the current heading sits under the lubber line at the top
+      cardG.setAttribute("transform", `rotate(${(-heading).toFixed(2)})`);
+      text.textContent = `${heading.toFixed(0).padStart(3, "0")}°`;
+      if (targetDeg === null) target.setAttribute("visibility", "hidden");
+      else {
+        target.setAttribute("visibility", "visible");
+        target.setAttribute("transform", `rotate(${targetDeg.toFixed(1)})`);
+      }
+    },
+  };
+}
+
+function createMap(container, robot) {
+  const world = robot.world || {};
+  const [w, h] = world.size_m || [6, 4];
+  const pad = 0.2;
+  const svg = el("svg", { viewBox: `${-pad} ${-pad} ${w + 2 * pad} ${h + 2 * pad}`, class: "nav-map", role: "img",
+    "aria-label": "Map of the field" }, container);
+  // world y is north (up): flip once, draw in world coordinates
+  const g = el("g", { transform: `translate(0 ${h}) scale(1 -1)` }, svg);
+  el("rect", { x: 0, y: 0, width: w, height: h, class: "field" }, g);
+  for (let x = 1; x < w; x += 1) el("line", { x1: x, y1: 0, x2: x, y2: h, class: "grid" }, g);
+  for (let y = 1; y < h; y += 1) el("line", { x1: 0, y1: y, x2: w, y2: y, class: "grid" }, g);
+  for (const r of world.ramps || []) {
+    el("rect", { x: -r.size[0] / 2, y: -r.size[1] / 2, width: r.size[0], height: r.size[1], class: "ramp",
+      transform: `translate(${r.center[0]} ${r.center[1]}) rotate(${r.yaw_deg || 0})` }, g);
+  }
+  for (const b of world.boxes || []) {
+    el("rect", { x: -b.size[0] / 2, y: -b.size[1] / 2, width: b.size[0], height: b.size[1], class: "box",
+      transform: `translate(${b.center[0]} ${b.center[1]}) rotate(${b.yaw_deg || 0})` }, g);
+  }
+  for (const wall of world.walls || []) {
+    el("line", { x1: wall.from[0], y1: wall.from[1], x2: wall.to[0], y2: wall.to[1], class: "wall" }, g);
+  }
+  const anchors = (robot.uwb && robot.uwb.anchors) || [];
+  for (const a of anchors) el("rect", { x: a[0] - 0.06, y: a[1] - 0.06, width: 0.12, height: 0.12, class: "anchor" }, g);
+  const trail = el("polyline", { points: "", class: "trail" }, g);
+  const truth = el("path", { d: "M0.18 0 L-0.12 0.1 L-0.12 -0.1 Z", class: "truth", visibility: "hidden" }, g);
+  const est = el("path", { d: "M0.18 0 L-0.12 0.1 L-0.12 -0.1 Z", class: "estimate", visibility: "hidden" }, g);
+  const fix = el("circle", { r: 0.05, class: "uwb-fix", visibility: "hidden" }, g);
+  const points = [];
+  let lastTrail = 0;
+  const place = (node, x, y, yaw) => {
+    if (x === null || y === null) {
+      node.setAttribute("visibility", "hidden");
+      return;
+    }
+    node.setAttribute("visibility", "visible");
+    node.setAttribute("transform", `translate(${x.toFixed(3)} ${y.toFixed(3)}) rotate(${((yaw || 0) * DEG).toFixed(1)})`);
+  };
+  return {
+    set(values, truthPose) {
+      const ex = num(values.est_x_m);
+      const ey = num(values.est_y_m);
+      place(est, ex, ey, num(values.yaw_rad));
+      const ux = num(values.uwb_x_m);
+      const uy = num(values.uwb_y_m);
+      if (ux === null || uy === null) fix.setAttribute("visibility", "hidden");
+      else {
+        fix.setAttribute("visibility", "visible");
+        fix.setAttribute("cx", ux.toFixed(3));
+        fix.setAttribute("cy", uy.toFixed(3));
+      }
+      if (truthPose) place(truth, num(truthPose.x), num(truthPose.y), num(truthPose.yaw));
+      const px = ex !== null ? ex : truthPose ? num(truthPose.x) : null;
+      const py = ey !== null ? ey : truthPose ? num(truthPose.y) : null;
+      const now = performance.now();
+      if (px !== null && py !== null && now - lastTrail > 200) {
+        lastTrail = now;
+        points.push(`${px.toFixed(3)},${py.toFixed(3)}`);
+        if (points.length > TRAIL) points.shift();
+        trail.setAttribute("points", points.join(" "));
+      }
+    },
+  };
+}
+
+async function post(path, body) {
+  const resp = await fetch(path, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  let data = null;
+  try {
+    data = await resp.json();
+  } catch {
+    data = null;
+  }
+  if (!resp.ok) {
+    const msg = data && data.error ? `${data.error.code}: ${data.error.message}` : `HTTP ${resp.status}`;
+    throw new Error(msg);
+  }
+  return data;
+}
+
+export function createNavigation({ root, robot }) {
+  const body = root.querySelector(".nav-body");
+  const instruments = document.createElement("div");
+  instruments.className = "nav-instruments";
+  body.appendChild(instruments);
+  const horizon = createHorizon(instruments);
+  const compass = createCompass(instruments);
+  const mapBox = document.createElement("div");
+  mapBox.className = "nav-map-box";
+  body.appendChild(mapBox);
+  const map = createMap(mapBox, robot);
+
+  const form = root.querySelector("#heading-form");
+  const input = root.querySelector("#heading-input");
+  const status = root.querySelector("#nav-status");
+  const calButton = root.querySelector("#magcal-button");
+  const say = (text, isError = false) => {
+    status.textContent = text;
+    status.classList.toggle("error", isError);
+  };
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const deg = Number(input.value);
+    try {
+      await post("/api/heading", { heading_deg: deg });
+      say(`turning to ${deg.toFixed(0)}°`);
+    } catch (err) {
+      say(err.message, true);
+    }
+  });
+  calButton.addEventListener("click", async () => {
+    try {
+      await post("/api/calibration/magnetometer");
+      say("magnetometer calibration: turning in place…");
+    } catch (err) {
+      say(err.message, true);
+    }
+  });
+
+  return {
+    setState(snap) {
+      root.classList.toggle("stale", !snap);
+      if (!snap) return;
+      const v = snap.values || {};
+      horizon.set(num(v.roll_rad), num(v.pitch_rad));
+      const b = snap.behavior || null;
+      const target = b && num(b.target_deg) !== null ? b.target_deg : null;
+      compass.set(num(v.heading_deg), target);
+      map.set(v, snap.truth && Object.keys(snap.truth).length ? snap.truth : null);
+      if (b && b.name) say(`${b.name}${b.progress !== undefined ? ` ${Math.round(100 * b.progress)} %` : ""}`);
+    },
+  };
+}
