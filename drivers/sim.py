@@ -25,7 +25,40 @@ Settings (the ``[driver]`` table; every key optional):
 ``rangers``         list of ranger tables (``name``, ``x_m``, ``y_m``, ``yaw_deg``,
                     ``min_range_m``, ``max_range_m``, ``half_angle_deg``, ``noise_m``,
                     ``rays``); replaces the default single ``front`` ranger
+``imu``             table: a 6-axis IMU (:class:`sim.imu.VirtualImu`) on the rover's 3D pose
+``magnetometer``    table: a 3-axis magnetometer (:class:`sim.magnetometer.Magnetometer`)
+``uwb``             table: a UWB tag ranging to fixed anchors (:class:`sim.uwb.UwbRanger`)
 ==================  =====================================================================
+
+The inertial and UWB sensors are on when their table is present (``enabled = false``
+in it turns one off again); every key of theirs is optional and unknown keys are
+refused. Channels and their units (body frame: x forward, y left, z up):
+
+* ``imu_acc_{x,y,z}_m_s2`` specific force, m/s² (at rest and level z reads +9.81, REP-145);
+  ``imu_gyro_{x,y,z}_rad_s`` angular rate, rad/s. Sampled with the other channels, at the
+  acquisition rate: the accelerometer differences the poses *of the samples* and the gyro
+  is the mean rate between two samples. Keys: ``acc_sigma_m_s2``, ``gyro_sigma_rad_s``
+  (white noise per sample), ``acc_bias_m_s2``, ``gyro_bias_rad_s`` (constant, scalar or
+  ``[x, y, z]``), ``acc_scale``, ``gyro_scale``, ``acc_bias_walk_m_s2_sqrt_s``,
+  ``gyro_bias_walk_rad_s_sqrt_s``, ``acc_range_m_s2``, ``gyro_range_rad_s`` (saturation),
+  ``lever_arm_m`` (sensor position in the body, ``[x, y, z]``), ``gravity_m_s2``.
+* ``mag_{x,y,z}_ut`` magnetic field in **microtesla** (for readability; the models work in
+  tesla). Keys: ``field_strength_ut`` (50), ``declination_deg`` (0: magnetic north is true
+  north), ``dip_deg`` (60), ``hard_iron_ut`` ``[x, y, z]``, ``soft_iron`` (``[x, y, z]``
+  gains or a 3×3 matrix), ``noise_ut`` (σ per axis per sample).
+* ``uwb_range_{i}_m`` the raw range to anchor ``i``, m, measured at ``rate_hz`` (10) on the
+  simulation clock and held in between; a dropout is reported as NaN (non-finite, so the
+  telemetry shows ``null``). Keys: ``anchors`` (``[[x, y, z], ...]`` m, world frame; the
+  server passes the top-level ``[uwb] anchors``), ``tag_height_m`` (tag above the body
+  origin, leaning with the body), ``rate_hz``, ``sigma_m`` (0.05), ``nlos_probability``,
+  ``nlos_bias_m`` (mean excess path), ``distortion`` ``[a, b, c]`` (raw = a + b·d + c·d²),
+  ``dropout_probability``. ``Frame.truth["uwb_true_m"]`` holds the true tag-anchor distances
+  of the latest measurement (the "surveyed" distances a range calibration needs).
+
+``noise = false`` also turns off the IMU's whole error model, the magnetometer's noise and
+the UWB noise, NLOS excess and dropouts; the magnetometer's iron and the UWB polynomial
+distortion stay (they are what the calibrations remove). Each sensor draws from its own
+generator spawned from ``seed``, so enabling one does not change another's sequence.
 
 >>> d = SimDriver({"time_scale": 10.0}, {"size_m": [6.0, 4.0]})
 >>> d.open()
@@ -48,14 +81,119 @@ import numpy as np
 
 from drivers.base import Acquisition, ChannelSpec, Driver, Frame
 from drivers.errors import DriverError, DriverOpenError, DriverTimeoutError
+from sim.imu import ImuNoise, VirtualImu
+from sim.magnetometer import Magnetometer
 from sim.rover import RoverParams, RoverSim
+from sim.uwb import UwbRanger
 from sim.world import World
 
 logger = logging.getLogger(__name__)
 
 _FAULTS = (None, "read_error", "timeout", "open_error")
 _IGNORED_KEYS = ("name",)  # the [driver] table names the driver itself
-_KNOWN_KEYS = ("time_scale", "rate_hz", "noise", "start_pose", "max_read_dt_s", "rover", "rangers")
+_KNOWN_KEYS = ("time_scale", "rate_hz", "noise", "start_pose", "max_read_dt_s", "rover", "rangers",
+               "imu", "magnetometer", "uwb")
+_AXES = ("x", "y", "z")
+# child keys of SeedSequence(seed) per random stream; the camera uses (0,)
+_SEED_IMU, _SEED_MAG, _SEED_UWB = 1, 2, 3
+_UT = 1e-6  # tesla per microtesla
+
+
+class _Table:
+    """Reads one sensor table: typed getters that name the key, and unknown-key refusal."""
+
+    def __init__(self, what: str, table: Any, known: tuple[str, ...]) -> None:
+        if not isinstance(table, Mapping):
+            raise ValueError(f"sim driver: {what} must be a table")
+        unknown = sorted(str(k) for k in table if k not in known)
+        if unknown:
+            raise ValueError(f"sim driver: {what}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
+        self.what, self.table = what, table
+
+    def num(self, key: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
+        value = self.table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"sim driver: {self.what}.{key} must be a finite number")
+        if lo is not None and value < lo or hi is not None and value > hi:
+            raise ValueError(f"sim driver: {self.what}.{key}={value:g} must be in [{lo}, {hi}]")
+        return float(value)
+
+    def vec(self, key: str, default: Any, shapes: tuple[tuple[int, ...], ...] = ((3,),)) -> np.ndarray:
+        try:
+            value = np.asarray(self.table.get(key, default), dtype=float)
+        except (TypeError, ValueError):
+            value = np.full(1, np.nan)
+        if value.shape not in shapes or not np.all(np.isfinite(value)):
+            raise ValueError(f"sim driver: {self.what}.{key} must be finite numbers of shape "
+                             f"{' or '.join(str(list(sh)) for sh in shapes)}")
+        return value
+
+    def enabled(self) -> bool:
+        value = self.table.get("enabled", True)
+        if not isinstance(value, bool):
+            raise ValueError(f"sim driver: {self.what}.enabled must be true or false")
+        return value
+
+
+def _imu_settings(table: Any, noise: bool) -> dict[str, Any] | None:
+    """Keyword arguments of :class:`VirtualImu` (noise model included) from ``[driver.imu]``."""
+    t = _Table("imu", table, ("enabled", "acc_sigma_m_s2", "gyro_sigma_rad_s", "acc_bias_m_s2", "gyro_bias_rad_s",
+                              "acc_scale", "gyro_scale", "acc_bias_walk_m_s2_sqrt_s", "gyro_bias_walk_rad_s_sqrt_s",
+                              "acc_range_m_s2", "gyro_range_rad_s", "lever_arm_m", "gravity_m_s2"))
+    scalar_or_3 = ((), (3,))
+    model = ImuNoise(
+        acc_sigma=t.num("acc_sigma_m_s2", 0.0, 0.0), gyro_sigma=t.num("gyro_sigma_rad_s", 0.0, 0.0),
+        acc_bias=t.vec("acc_bias_m_s2", 0.0, scalar_or_3), gyro_bias=t.vec("gyro_bias_rad_s", 0.0, scalar_or_3),
+        acc_scale=t.vec("acc_scale", 1.0, scalar_or_3), gyro_scale=t.vec("gyro_scale", 1.0, scalar_or_3),
+        acc_bias_walk=t.num("acc_bias_walk_m_s2_sqrt_s", 0.0, 0.0),
+        gyro_bias_walk=t.num("gyro_bias_walk_rad_s_sqrt_s", 0.0, 0.0),
+        acc_range=t.num("acc_range_m_s2", 0.0, 1e-3) if "acc_range_m_s2" in t.table else math.inf,
+        gyro_range=t.num("gyro_range_rad_s", 0.0, 1e-3) if "gyro_range_rad_s" in t.table else math.inf,
+    )
+    if not t.enabled():
+        return None
+    return {"gravity": t.num("gravity_m_s2", 9.80665, 0.0), "lever_arm_m": t.vec("lever_arm_m", (0.0, 0.0, 0.0)),
+            "noise": model if noise else None}
+
+
+def _magnetometer(table: Any, noise: bool) -> Magnetometer | None:
+    t = _Table("magnetometer", table, ("enabled", "field_strength_ut", "declination_deg", "dip_deg", "hard_iron_ut",
+                                       "soft_iron", "noise_ut"))
+    mag = Magnetometer(
+        field_strength_t=t.num("field_strength_ut", 50.0, 0.0, 1e4) * _UT,
+        declination=math.radians(t.num("declination_deg", 0.0, -180.0, 180.0)),
+        dip=math.radians(t.num("dip_deg", 60.0, -90.0, 90.0)),
+        hard_iron_t=t.vec("hard_iron_ut", (0.0, 0.0, 0.0)) * _UT,
+        soft_iron=t.vec("soft_iron", (1.0, 1.0, 1.0), ((3,), (3, 3))),
+        noise_sigma_t=t.num("noise_ut", 0.0, 0.0) * _UT if noise else 0.0,
+    )
+    return mag if t.enabled() else None
+
+
+def _uwb(table: Any, noise: bool) -> tuple[UwbRanger, float, float] | None:
+    """(ranger, rate_hz, tag_height_m) from ``[driver.uwb]``, or None when off."""
+    t = _Table("uwb", table, ("enabled", "anchors", "tag_height_m", "rate_hz", "sigma_m", "nlos_probability",
+                              "nlos_bias_m", "distortion", "dropout_probability"))
+    if not t.enabled():
+        return None
+    if "anchors" not in t.table:
+        raise ValueError("sim driver: uwb needs anchors (the top-level [uwb] anchors = [[x, y, z], ...])")
+    anchors = np.asarray(t.table["anchors"], dtype=float) if isinstance(t.table["anchors"], (list, tuple)) else None
+    if anchors is None or anchors.ndim != 2 or anchors.shape[1] != 3 or len(anchors) < 3 \
+            or not np.all(np.isfinite(anchors)):
+        raise ValueError("sim driver: uwb.anchors must be at least 3 points [x, y, z] in metres")
+    ranger = UwbRanger(
+        anchors,
+        sigma_m=t.num("sigma_m", 0.05, 0.0) if noise else 0.0,
+        nlos_probability=t.num("nlos_probability", 0.0, 0.0, 1.0) if noise else 0.0,
+        nlos_bias_m=t.num("nlos_bias_m", 0.3, 0.0),
+        distortion=tuple(t.vec("distortion", (0.0, 1.0, 0.0))),
+        dropout_probability=t.num("dropout_probability", 0.0, 0.0, 1.0) if noise else 0.0,
+    )
+    rate_hz = t.num("rate_hz", 10.0, 0.0, 1000.0)
+    if rate_hz <= 0.0:
+        raise ValueError("sim driver: uwb.rate_hz must be > 0")
+    return ranger, rate_hz, t.num("tag_height_m", 0.15, -10.0, 10.0)
 
 
 class SimDriver(Driver):
@@ -90,9 +228,16 @@ class SimDriver(Driver):
                 raise ValueError(f"sim driver: {key} given twice with different values")
             rover_cfg[key] = settings[key]
         params = RoverParams.from_config(rover_cfg)
-        if not settings.get("noise", True):
+        noise = settings.get("noise", True)
+        if not noise:
             params = params.without_noise()
         self.params = params
+        try:
+            self._imu_kw = _imu_settings(settings["imu"], bool(noise)) if "imu" in settings else None
+            self._mag = _magnetometer(settings["magnetometer"], bool(noise)) if "magnetometer" in settings else None
+            self._uwb = _uwb(settings["uwb"], bool(noise)) if "uwb" in settings else None
+        except TypeError as err:
+            raise ValueError(f"sim driver: {err}") from err
         self._start_pose: tuple[float, float, float] | None = None
         if "start_pose" in settings:
             sp = [float(v) for v in settings["start_pose"]]
@@ -117,6 +262,15 @@ class SimDriver(Driver):
         self._pose: dict[str, float] = {}
         # the camera's own generator (a Generator is not thread-safe), independent of the sim's
         self._camera_rng = np.random.default_rng(np.random.SeedSequence(self._seed).spawn(1)[0])
+        # inertial and UWB sensor state, rebuilt by open()
+        self._imu: VirtualImu | None = None
+        self._imu_t = -math.inf
+        self._imu_out: list[float] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        self._mag_rng: np.random.Generator | None = None
+        self._uwb_rng: np.random.Generator | None = None
+        self._uwb_ranges: list[float] = []
+        self._uwb_true: list[float] = []
+        self._next_uwb_t = 0.0
 
     # lifecycle -----------------------------------------------------------
     def open(self) -> None:
@@ -133,10 +287,27 @@ class SimDriver(Driver):
         self._command = (0.0, 0.0)
         self._held = {}
         self._next_sample_t = 0.0
+        self._open_sensors()
         self._sim = sim
         self._pose = self._pose_of(sim)
         self.is_open = True
         logger.info("sim driver open: world %.1f × %.1f m, seed %d", world.width_m, world.height_m, self._seed)
+
+    def _open_sensors(self) -> None:
+        """Fresh sensor state and generators (seeded: every open replays the same streams)."""
+        streams = np.random.SeedSequence(self._seed).spawn(4)
+        self._imu = None
+        if self._imu_kw is not None:
+            rng = np.random.default_rng(streams[_SEED_IMU]) if self._imu_kw["noise"] is not None else None
+            self._imu = VirtualImu(**self._imu_kw, rng=rng)
+        self._imu_t = -math.inf
+        g = self._imu_kw["gravity"] if self._imu_kw else 0.0
+        self._imu_out = [0.0, 0.0, g, 0.0, 0.0, 0.0]
+        self._mag_rng = np.random.default_rng(streams[_SEED_MAG])
+        self._uwb_rng = np.random.default_rng(streams[_SEED_UWB])
+        self._uwb_ranges = [math.nan] * (len(self._uwb[0].anchors) if self._uwb else 0)
+        self._uwb_true = list(self._uwb_ranges)
+        self._next_uwb_t = 0.0
 
     def close(self) -> None:
         """Halt and close; the last :attr:`sim` stays readable."""
@@ -189,6 +360,23 @@ class SimDriver(Driver):
             ChannelSpec("current_right_a", "A", 0.0, 1.2 * stall, "bar", "Right motor current",
                         warn_high=0.6 * stall, crit_high=0.9 * stall),
         ]
+        if self._imu_kw is not None:
+            noise = self._imu_kw["noise"]
+            acc_max = min(noise.acc_range, 160.0) if noise is not None else 40.0
+            gyro_max = min(noise.gyro_range, 35.0) if noise is not None else 35.0
+            specs += [ChannelSpec(f"imu_acc_{a}_m_s2", "m/s²", -acc_max, acc_max, "digital", f"Accel {a}")
+                      for a in _AXES]
+            specs += [ChannelSpec(f"imu_gyro_{a}_rad_s", "rad/s", -gyro_max, gyro_max, "digital", f"Gyro {a}",
+                                  decimals=3) for a in _AXES]
+        if self._mag is not None:
+            full = max(100.0, 2.0 * self._mag.field_strength_t / _UT)
+            specs += [ChannelSpec(f"mag_{a}_ut", "µT", -full, full, "digital", f"Magnetometer {a}", decimals=1)
+                      for a in _AXES]
+        if self._uwb is not None:
+            anchors = self._uwb[0].anchors
+            span = float(np.linalg.norm(anchors.max(axis=0) - anchors.min(axis=0)))
+            specs += [ChannelSpec(f"uwb_range_{i}_m", "m", 0.0, round(span + 5.0, 1), "digital", f"UWB anchor {i}",
+                                  decimals=3) for i in range(len(anchors))]
         return specs
 
     # I/O -----------------------------------------------------------------
@@ -211,6 +399,8 @@ class SimDriver(Driver):
         sim.step(dt, left, right)
 
         t = sim.sim_time_s
+        if self._uwb is not None and t >= self._next_uwb_t - 0.5 * dt:
+            self._measure_uwb(sim, t)
         period = 1.0 / self._acquisition.rate_hz
         # sample when the next sample instant is nearer than half this step: a loop
         # running at the acquisition rate samples every tick despite jitter
@@ -226,7 +416,20 @@ class SimDriver(Driver):
             "z": pose["z"], "collided": sim.collided, "collisions": sim.collisions, "sim_time_s": t,
             "soc": sim.soc, "contact_point": list(sim.contact_point) if sim.contact_point else None,
         }
+        if self._uwb is not None:
+            truth["uwb_true_m"] = self._uwb_true
         return Frame(t=t, values=dict(self._held), truth=truth)
+
+    def _measure_uwb(self, sim: RoverSim, t: float) -> None:
+        """One set of ranges on the UWB's own grid (like :meth:`read`'s sampling grid)."""
+        ranger, rate_hz, tag_height_m = self._uwb
+        tag = sim.point_world((0.0, 0.0, tag_height_m))
+        # new lists, never mutated: the frame and its truth may still hold the old ones
+        self._uwb_ranges = ranger.ranges(tag, self._uwb_rng).tolist()
+        self._uwb_true = ranger.true_ranges(tag).tolist()
+        self._next_uwb_t += 1.0 / rate_hz
+        if self._next_uwb_t <= t:
+            self._next_uwb_t = t + 1.0 / rate_hz
 
     @staticmethod
     def _pose_of(sim: RoverSim) -> dict[str, float]:
@@ -266,6 +469,22 @@ class SimDriver(Driver):
         }
         for name, value in sim.ranges.items():
             values[f"range_{name}_m"] = value
+        if self._imu is not None or self._mag is not None:
+            position, rot = sim.pose3d()
+            if self._imu is not None:
+                t = sim.sim_time_s
+                if t > self._imu_t:  # a second sample at the same instant (dt 0) repeats the last one
+                    acc, gyro = self._imu.update(t, position, rot)
+                    self._imu_out = [*acc.tolist(), *gyro.tolist()]
+                    self._imu_t = t
+                ax, ay, az, gx, gy, gz = self._imu_out
+                values.update(imu_acc_x_m_s2=ax, imu_acc_y_m_s2=ay, imu_acc_z_m_s2=az,
+                              imu_gyro_x_rad_s=gx, imu_gyro_y_rad_s=gy, imu_gyro_z_rad_s=gz)
+            if self._mag is not None:
+                mx, my, mz = (self._mag.read(rot, self._mag_rng) / _UT).tolist()
+                values.update(mag_x_ut=mx, mag_y_ut=my, mag_z_ut=mz)
+        for i, r in enumerate(self._uwb_ranges):
+            values[f"uwb_range_{i}_m"] = r
         active = self._acquisition.channels
         return {name: values[name] for name in active}
 
@@ -322,6 +541,8 @@ class SimDriver(Driver):
           Sticky, across close and open, until cleared.
         * ``"battery_v"``: pin the battery voltage reading (V), ``None`` to release.
         * ``"teleport"``: ``[x_m, y_m, yaw_rad]``; the rover stops there (driver must be open).
+          The IMU keeps its history, so it sees the jump as one sample of violent motion: the
+          gyro carries the turn (an attitude filter follows at once), the accelerometer spikes.
 
         Bad values raise :class:`ValueError` and change nothing.
 

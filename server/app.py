@@ -26,6 +26,8 @@ from server.config import REPO_ROOT, ConfigError
 from server.control_loop import ControlLoop
 from server.controller import Limits, RoverController
 from server.errors import ApiError, MalformedError, ValidationError, error_middleware
+from server.estimation import EstimationStage, build_estimation
+from server.navigation import setup_navigation
 from server.safety import SafetyConfig, Supervisor
 from server.telemetry import Client, TelemetryHub, dumps
 from server.video import VideoService, camera_factory, setup_video
@@ -41,6 +43,7 @@ HUB = web.AppKey("telemetry_hub", TelemetryHub)
 LIMITS = web.AppKey("limits", Limits)
 DRIVER = web.AppKey("driver", Driver)
 JINJA = web.AppKey("jinja", jinja2.Environment)
+ESTIMATION = web.AppKey("estimation", EstimationStage)  # present when the driver has an IMU
 
 
 def build_driver(cfg: dict[str, Any]) -> Driver:
@@ -55,6 +58,11 @@ def build_driver(cfg: dict[str, Any]) -> Driver:
             rover.setdefault("track_m", cfg["robot"]["track_m"])
             settings["rover"] = rover
             settings.setdefault("rate_hz", cfg["loop"]["rate_hz"])  # sample every tick unless told otherwise
+            if cfg["uwb"]["anchors"]:  # configured once, top-level: the same anchors for the sim and the estimator
+                uwb = dict(settings.get("uwb", {}))
+                uwb.setdefault("anchors", cfg["uwb"]["anchors"])
+                uwb.setdefault("tag_height_m", cfg["uwb"]["tag_height_m"])
+                settings["uwb"] = uwb
             seed = settings.pop("seed", 0)
             if isinstance(seed, bool) or not isinstance(seed, int):
                 raise ValueError("seed must be an integer")
@@ -71,7 +79,8 @@ def robot_description(app: web.Application) -> dict[str, Any]:
         "profile": cfg["robot"]["profile"],
         "name": cfg["robot"]["name"],
         "driver": app[DRIVER].name,
-        "channels": [c.to_json() for c in app[DRIVER].channels()],
+        "channels": [c.to_json() for c in app[DRIVER].channels()]
+        + ([c.to_json() for c in app[ESTIMATION].channels()] if ESTIMATION in app else []),
         "limits": {
             "linear_m_s": [-lim.linear_m_s, lim.linear_m_s],
             "angular_rad_s": [-lim.angular_rad_s, lim.angular_rad_s],
@@ -85,6 +94,7 @@ def robot_description(app: web.Application) -> dict[str, Any]:
         "telemetry_rate_hz": cfg["telemetry"]["rate_hz"],
         "loop_rate_hz": cfg["loop"]["rate_hz"],
         "world": cfg["sim"]["world"] if app[DRIVER].name == "sim" else None,
+        "uwb": {"anchors": cfg["uwb"]["anchors"], "tag_height_m": cfg["uwb"]["tag_height_m"]},
         "video": {"enabled": bool(cfg["video"]["enabled"]), "source": cfg["video"]["source"],
                   "width": cfg["video"]["width"], "height": cfg["video"]["height"], "fps": cfg["video"]["fps"]},
     }
@@ -148,6 +158,8 @@ async def put_acquisition(request: web.Request) -> web.Response:
         raise ValidationError("rate_hz must be > 0", code="out_of_limits")
     channels = string_list(body, "channels")
     needed = {r["channel"] for r in request.app[CONFIG]["safety"]["rules"]}
+    if ESTIMATION in request.app:  # a rule on a derived channel (tilt_rad) needs that channel's inputs
+        needed = request.app[ESTIMATION].sources(needed)
     missing = sorted(needed - set(channels))
     if missing:
         raise ValidationError(f"channel(s) {', '.join(missing)} feed safety rules and must stay active",
@@ -315,10 +327,15 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
         event_log_size=cfg["telemetry"]["event_log_size"],
         publish_every=max(1, round(cfg["loop"]["rate_hz"] / cfg["telemetry"]["rate_hz"])),
     )
+    stage = build_estimation(cfg, [c.name for c in driver.channels()])
+    if stage is not None:
+        app[ESTIMATION] = stage
+        loop.stages.append(stage)
     app[HUB] = TelemetryHub(loop.snapshot, cfg["telemetry"]["rate_hz"], cfg["telemetry"]["max_clients"])
     app[JINJA] = jinja2.Environment(loader=jinja2.FileSystemLoader(str(WEB_DIR / "templates")),
                                     autoescape=True)
     app.cleanup_ctx.append(robot_ctx)
+    setup_navigation(app, loop, stage, cfg)  # heading and calibration routes; loads the calibration state file
     app.on_shutdown.append(on_shutdown)
     r = app.router
     r.add_get("/", index)

@@ -61,6 +61,27 @@ def one_of(*choices: Any) -> Callable[[Any], str | None]:
     return lambda v: None if v in choices else f"must be one of {', '.join(map(repr, choices))}"
 
 
+def points3(min_count: int) -> Callable[[Any], str | None]:
+    """A list of ``[x, y, z]`` finite numbers: none, or at least ``min_count`` of them."""
+
+    def check(v: Any) -> str | None:
+        ok = all(isinstance(p, list) and len(p) == 3 and all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in p) for p in v)
+        if not ok:
+            return "must be a list of [x, y, z] points (finite numbers, metres)"
+        if v and len(v) < min_count:
+            return f"needs at least {min_count} points (or none)"
+        return None
+
+    return check
+
+
+def coefficients(v: Any) -> str | None:
+    if not v or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in v):
+        return "must be a non-empty list of finite numbers (polynomial coefficients, highest power first)"
+    return None
+
+
 NUM = (int, float)
 RULE = {
     "name": F((str,), REQUIRED),
@@ -121,6 +142,40 @@ SCHEMA: dict[str, Any] = {
         "world": ANY_TABLE,
     },
     "video": ANY_TABLE,
+    # inertial and UWB sensing (docs/sensing.md); the sim's sensor models are [driver.imu],
+    # [driver.magnetometer] and [driver.uwb]
+    "uwb": {
+        "anchors": F((list,), [], points3(3)),  # [[x, y, z], ...] m, world frame: the sim and the estimator
+        "tag_height_m": F(NUM, 0.15, rng(-10.0, 10.0)),  # tag above the body origin
+    },
+    "estimation": {
+        "enabled": F((bool,), True),
+        "k_acc": F(NUM, 2.0, rng(0.0, 100.0)),  # attitude filter gains, 1/s (robotics.estimation.attitude)
+        "k_mag": F(NUM, 1.0, rng(0.0, 100.0)),
+        "k_bias": F(NUM, 0.2, rng(0.0, 100.0)),
+        "declination_deg": F(NUM, 0.0, rng(-180.0, 180.0)),  # magnetic north east of true north
+        "encoder_ticks_per_rev": F((int,), 1024, rng(1, 10**9)),
+        "uwb_z": F((str,), "fixed", one_of("fixed", "free")),  # fixed: solve x, y at the tag height
+        "uwb_sigma_m": F(NUM, 0.05, rng(0.0, 10.0, lo_open=True)),  # noise of one fix, per axis
+        "uwb_range_correction": F((list,), [1.0, 0.0], coefficients),  # default until a calibration is stored
+        "odom_sigma_m_per_sqrt_m": F(NUM, 0.05, rng(0.0, 10.0)),
+        "yaw_sigma_deg": F(NUM, 2.0, rng(0.0, 180.0, lo_open=True)),
+        "gate_chi2": F(NUM, 13.8, rng(0.0, 1e6, lo_open=True)),
+    },
+    "heading": {
+        "tolerance_deg": F(NUM, 5.0, rng(0.1, 45.0)),
+        "step_deg": F(NUM, 45.0, rng(1.0, 180.0)),  # turn at most this far between two measurements
+        "turn_rate_rad_s": F(NUM, 0.8, rng(0.01, 50.0)),
+        "min_turn_rate_rad_s": F(NUM, 0.08, rng(0.001, 50.0)),
+        "settle_s": F(NUM, 0.4, rng(0.0, 10.0)),  # pause before each measurement
+        "timeout_s": F(NUM, 60.0, rng(1.0, 3600.0)),
+    },
+    "calibration": {
+        "state_file": F((str,), "calibration.json"),  # in [server] state_dir
+        "mag_turn_rate_rad_s": F(NUM, 0.4, rng(0.01, 50.0)),
+        "mag_revolutions": F(NUM, 1.25, rng(1.0, 10.0)),
+        "mag_timeout_s": F(NUM, 120.0, rng(1.0, 3600.0)),
+    },
 }
 
 
@@ -204,6 +259,8 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> dict[
         raw = _merge(raw, overrides)
     cfg = _validate(raw, SCHEMA, "", where)
     _check_rules(cfg, where)
+    cfg["uwb"]["anchors"] = [[float(c) for c in p] for p in cfg["uwb"]["anchors"]]
+    cfg["estimation"]["uwb_range_correction"] = [float(c) for c in cfg["estimation"]["uwb_range_correction"]]
     cfg["driver"].setdefault("name", "sim")
     from server.video import validate_video_settings  # the video module owns its keys
 

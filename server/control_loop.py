@@ -125,6 +125,23 @@ class Behavior(Protocol):
     def cancel(self, reason: str) -> None:
         """Called (under the lock) when the behavior is stopped before it finished."""
 
+    # Optional: ``status() -> dict`` (``name``, ``progress``, ``target``, …) for ``/api/state``'s
+    # ``behavior`` field and the values of its end event; an ``outcome`` key in it replaces
+    # "finished" in the end event's message (e.g. "failed: timeout").
+
+
+def _behavior_status(b: Behavior | None) -> dict[str, Any] | None:
+    if b is None:
+        return None
+    status = getattr(b, "status", None)
+    if not callable(status):
+        return {"name": b.name}
+    try:
+        return status()
+    except Exception:  # a status bug must not break the tick
+        log.exception("behavior status failed")
+        return {"name": b.name}
+
 
 class ControlLoop:
     """Owns the driver, the supervisor and the controller; every access goes through ``lock``."""
@@ -291,6 +308,7 @@ class ControlLoop:
                 "command": {"linear": ctrl.linear, "angular": ctrl.angular},
                 "values": {k: _finite_or_none(v) for k, v in (values or sup.last_values).items()},
                 "truth": truth,
+                "behavior": _behavior_status(self.behavior),
                 "link": {
                     "age_s": round(now - sup.last_command_t, 4) if math.isfinite(sup.last_command_t) else None,
                     "timeout_s": sup.cfg.command_timeout_s,
@@ -309,9 +327,12 @@ class ControlLoop:
         self.setpoint = (0.0, 0.0)
         if cancel:
             b.cancel(how)
+        status = _behavior_status(b) or {}
+        if not cancel and status.get("outcome"):
+            how = str(status["outcome"])
         state = self.supervisor.state.value
         self.supervisor.events.append(Event(now, f"behavior_{'end' if not cancel else 'cancel'}",
-                                            f"{b.name}: {how}", state, state, kind="info"))
+                                            f"{b.name}: {how}", state, state, kind="info", values=status))
 
     def start_behavior(self, behavior: Behavior) -> str:
         """Hand the setpoint to ``behavior`` (409 unless running). Replaces any active one."""
@@ -374,7 +395,8 @@ class ControlLoop:
                 self.latest = {**self.latest, "state": sup.state.value,
                                "cause": sup.cause.to_json() if sup.cause else None,
                                "setpoint": {"linear": self.setpoint[0], "angular": self.setpoint[1]},
-                               "command": {"linear": self.controller.linear, "angular": self.controller.angular}}
+                               "command": {"linear": self.controller.linear, "angular": self.controller.angular},
+                               "behavior": _behavior_status(self.behavior)}
             return self.supervisor.state.value
 
     def start_robot(self) -> str:

@@ -53,6 +53,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from robotics.estimation.attitude import rotation_zyx  # re-exported: R_world_body of the rover's attitude
 from sim.battery import Battery, BatteryParams
 from sim.world import World
 
@@ -215,29 +216,6 @@ def attitude_from_gradient(gx: float, gy: float, yaw: float) -> tuple[float, flo
     return roll, pitch
 
 
-def rotation_zyx(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    """``R_world_body = Rz(yaw)·Ry(pitch)·Rx(roll)`` (3×3, rotates body vectors into the world).
-
-    Same name, arguments and result as ``robotics.estimation.attitude.rotation_zyx``
-    (kept here until that module is in the tree; then this becomes an import).
-
-    >>> np.round(rotation_zyx(0.0, 0.0, math.pi / 2) @ [1.0, 0.0, 0.0], 6)  # nose points north
-    array([0., 1., 0.])
-    >>> round(float((rotation_zyx(0.0, 0.2, 0.0) @ [1.0, 0.0, 0.0])[2]), 6)  # positive pitch: nose down
-    -0.198669
-    """
-    cr, sr = math.cos(roll), math.sin(roll)
-    cp, sp = math.cos(pitch), math.sin(pitch)
-    cy, sy = math.cos(yaw), math.sin(yaw)
-    return np.array(
-        [
-            [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-            [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-            [-sp, cp * sr, cp * cr],
-        ]
-    )
-
-
 def _arc(x: float, y: float, yaw: float, ds: float, dth: float) -> tuple[float, float, float]:
     """Pose after rolling ``ds`` metres (horizontal) while turning ``dth`` rad along a circular arc."""
     half = 0.5 * dth
@@ -383,6 +361,18 @@ class RoverSim:
         """
         roll, pitch = self.attitude
         return np.array([self._x, self._y, self.z]), rotation_zyx(roll, pitch, self._yaw)
+
+    def point_world(self, body_point_m) -> np.ndarray:
+        """World position (3,) m of a point fixed to the body at ``body_point_m`` (3,) m, body frame
+        (e.g. the UWB tag on its mast: on a ramp it leans with the body).
+
+        >>> from sim.world import World
+        >>> r = RoverSim(RoverParams(), World.from_config({"size_m": [4.0, 3.0]}), np.random.default_rng(0), (1.0, 1.0, 0.0))
+        >>> r.point_world((0.0, 0.0, 0.2)).tolist()
+        [1.0, 1.0, 0.2]
+        """
+        position, rot = self.pose3d()
+        return position + rot @ np.asarray(body_point_m, dtype=float).reshape(3)
 
     @property
     def wheel_speeds(self) -> tuple[float, float]:

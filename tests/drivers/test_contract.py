@@ -447,3 +447,30 @@ class TestSimDriver(DriverContract):
         finally:
             cam.close()
         assert opened.sim is not None and opened.sim.sim_time_s == 0.0
+
+
+# ======================================================================== the simulator with every sensor
+SENSOR_SETTINGS = {
+    "imu": {"acc_sigma_m_s2": 0.05, "gyro_sigma_rad_s": 0.003, "gyro_bias_rad_s": [0.0, 0.0, 0.004]},
+    "magnetometer": {"hard_iron_ut": [4.0, -2.5, 1.5], "noise_ut": 0.3},
+    # no dropouts here: the contract wants every value finite (a dropout is a NaN, see tests/sim)
+    "uwb": {"anchors": [[0.0, 0.0, 2.5], [6.0, 0.0, 2.5], [6.0, 4.0, 2.5], [0.0, 4.0, 2.5]], "sigma_m": 0.05},
+}
+
+
+class TestSimDriverWithSensors(DriverContract):
+    """The same contract with the IMU, magnetometer and UWB on (their noise included)."""
+
+    @pytest.fixture
+    def driver(self) -> SimDriver:
+        return SimDriver({"time_scale": 1.0, **SENSOR_SETTINGS}, WORLD, seed=3)
+
+    def motion(self, driver: Driver, frame: Frame) -> float:
+        """Wheels and body twist only: the gyro's bias and noise are not motion."""
+        names = ("wheel_left_rad_s", "wheel_right_rad_s", "linear_m_s", "angular_rad_s")
+        return max((abs(frame.values[n]) for n in names if n in frame.values), default=0.0)
+
+    def test_sensor_channels_are_described(self, driver):
+        names = [c.name for c in driver.channels()]
+        assert names[-13:] == [f"imu_acc_{a}_m_s2" for a in "xyz"] + [f"imu_gyro_{a}_rad_s" for a in "xyz"] + \
+            [f"mag_{a}_ut" for a in "xyz"] + [f"uwb_range_{i}_m" for i in range(4)]
