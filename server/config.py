@@ -168,6 +168,7 @@ SCHEMA: dict[str, Any] = {
         "turn_rate_rad_s": F(NUM, 0.8, rng(0.01, 50.0)),
         "min_turn_rate_rad_s": F(NUM, 0.08, rng(0.001, 50.0)),
         "settle_s": F(NUM, 0.4, rng(0.0, 10.0)),  # pause before each measurement
+        "coast_s": F(NUM, 0.1, rng(0.0, 10.0)),  # the turn goes on ~this long after a zero command
         "timeout_s": F(NUM, 60.0, rng(1.0, 3600.0)),
     },
     "calibration": {

@@ -10,13 +10,14 @@ motion still needs the operator's heartbeats.
 * :class:`HeadingBehavior` turns in place to a compass heading by a closed loop that
   re-measures every fixed step: pause until the wheels are still and the filter has
   settled, read the heading from the estimator (magnetometer-corrected), turn by the
-  error but at most ``step_deg``, measured by the encoders, then measure again; done
+  error but at most ``step_deg``, measured by the encoders (rate limited by a braking
+  curve, released ``coast_s`` early at the measured rate), then measure again; done
   within ``tolerance_deg``, failed after ``timeout_s``.
 * :class:`MagCalibrationBehavior` turns in place slowly through ``mag_revolutions``,
   collecting a raw magnetometer sample every half degree of encoder-measured turn,
-  fits hard iron and scale (:func:`fit_magnetometer`), applies the result to the
-  estimator at once (control thread) and hands it to the event loop, which writes the
-  state file in a worker thread.
+  then holds the rover still while a worker thread fits hard iron and scale
+  (:func:`fit_magnetometer`), applies the result to the estimator at once (control
+  thread) and hands it to the event loop, which writes the state file in a worker thread.
 * The UWB range calibration is a plain request: ``(raw, true)`` pairs →
   :func:`robotics.estimation.uwb.fit_range_correction` → applied and stored.
 
@@ -112,6 +113,7 @@ class HeadingBehavior:
         self.max_rate = min(float(settings["turn_rate_rad_s"]), max_rate_rad_s)
         self.min_rate = min(float(settings["min_turn_rate_rad_s"]), self.max_rate)
         self.settle_s = float(settings["settle_s"])
+        self.coast_s = float(settings["coast_s"])
         self.timeout_s = float(settings["timeout_s"])
         self.brake = brake_rad_s2
         self.stop_rad = math.radians(0.25)
@@ -150,7 +152,10 @@ class HeadingBehavior:
             return None
         if self.phase == "turning":
             remaining = self.goal_odom_rad - st.odom_yaw_rad
-            if abs(remaining) > self.stop_rad:
+            # release early by the coast (wheel lag, ramp, latency) at the measured turn rate
+            w = values.get("angular_rad_s", 0.0)
+            coast = abs(w) * self.coast_s if w * remaining > 0.0 else 0.0
+            if abs(remaining) > max(self.stop_rad, coast):
                 return 0.0, turn_rate(remaining, self.max_rate, self.min_rate, self.brake)
             self.phase, self.still_s = "settling", 0.0
             return 0.0, 0.0
@@ -249,14 +254,18 @@ def fit_magnetometer(samples_ut) -> dict[str, Any]:
 class MagCalibrationBehavior:
     """Turn in place through ``revolutions`` at ``rate_rad_s``, sample, fit, apply, report.
 
-    ``on_result`` is called in the control thread with the stored form of a successful
-    calibration (it must only hand it over, e.g. ``call_soon_threadsafe``).
+    ``fit_async(samples, deliver)``, when given, fits off the control thread and calls
+    ``deliver(result or ValueError)`` from wherever it ran (the behavior holds the rover
+    still meanwhile); without it the fit runs inline. ``on_result`` is called in the control
+    thread with the stored form of a successful calibration, once it is applied (it must only
+    hand it over, e.g. ``call_soon_threadsafe``).
     """
 
     name = "magnetometer_calibration"
 
     def __init__(self, stage: EstimationStage, revolutions: float, rate_rad_s: float, timeout_s: float,
-                 brake_rad_s2: float, on_result: Callable[[dict[str, Any]], None]) -> None:
+                 brake_rad_s2: float, on_result: Callable[[dict[str, Any]], None],
+                 fit_async: Callable[[list, Callable[[Any], None]], None] | None = None) -> None:
         self.stage = stage
         self.revolutions = float(revolutions)
         self.goal_rad = 2.0 * math.pi * self.revolutions
@@ -264,6 +273,7 @@ class MagCalibrationBehavior:
         self.timeout_s = float(timeout_s)
         self.brake = brake_rad_s2
         self.on_result = on_result
+        self.fit_async = fit_async
         self.phase = "settling"
         self.clock_s = 0.0
         self.still_s = 0.0
@@ -273,6 +283,7 @@ class MagCalibrationBehavior:
         self.samples: list[tuple[float, float, float]] = []
         self.outcome: str | None = None
         self.result: dict[str, Any] | None = None
+        self._fitted: Any = None  # set by deliver() from the fitting thread: one atomic assignment
 
     def status(self) -> dict[str, Any]:
         out = {"name": self.name, "phase": self.phase, "target": {"revolutions": self.revolutions},
@@ -286,6 +297,10 @@ class MagCalibrationBehavior:
         self.phase = "cancelled"
         self.outcome = f"cancelled: {reason}"
 
+    def deliver(self, fitted: Any) -> None:
+        """The fit's result (a dict) or its error (an exception); any thread."""
+        self._fitted = fitted
+
     def update(self, values: dict[str, float], dt_s: float, now: float) -> tuple[float, float] | None:
         st = self.stage
         dt = st.sim_dt(dt_s)
@@ -294,6 +309,8 @@ class MagCalibrationBehavior:
             self.phase = "failed"
             self.outcome = f"failed: timeout after {self.timeout_s:g} s ({self.turned_rad / (2 * math.pi):.2f} rev)"
             return None
+        if self.phase == "fitting":
+            return self._finish() if self._fitted is not None else (0.0, 0.0)
         if self.phase == "settling":
             self.still_s = self.still_s + dt if _still(values) else 0.0
             if self.still_s < 0.2:
@@ -309,23 +326,40 @@ class MagCalibrationBehavior:
         remaining = self.goal_rad - self.turned_rad
         if remaining > 0.0:
             return 0.0, min(self.rate, turn_rate(remaining, self.rate, 0.5 * self.rate, self.brake))
-        self.finish()
-        return None
+        self.phase = "fitting"
+        if self.fit_async is None:
+            self.deliver(_fit_or_error(self.samples))
+            return self._finish()
+        # ~0.5–1.5 ms for a few hundred samples: too long for a 1 kHz tick, so elsewhere
+        self.fit_async(list(self.samples), self.deliver)
+        return 0.0, 0.0
 
-    def finish(self) -> None:
-        """Fit (a few hundred samples: well under a millisecond), apply at once, hand over."""
+    def _finish(self) -> None:
+        """Apply the fit (control thread, under the lock) and hand it over for storage."""
+        fitted = self._fitted
+        if isinstance(fitted, BaseException):
+            self.phase = "failed"
+            self.outcome = f"failed: {fitted}"
+            return None
         try:
-            result = fit_magnetometer(self.samples)
-            self.stage.set_mag_calibration(result["offset_ut"], result["scale"])
-        except (ValueError, np.linalg.LinAlgError) as err:
+            self.stage.set_mag_calibration(fitted["offset_ut"], fitted["scale"])
+        except ValueError as err:
             self.phase = "failed"
             self.outcome = f"failed: {err}"
-            return
-        result["t"] = time.time()
-        self.result = result
+            return None
+        fitted["t"] = time.time()
+        self.result = fitted
         self.phase = "done"
         self.outcome = "calibrated"
-        self.on_result(result)
+        self.on_result(fitted)
+        return None
+
+
+def _fit_or_error(samples) -> dict[str, Any] | ValueError:
+    try:
+        return fit_magnetometer(samples)
+    except (ValueError, np.linalg.LinAlgError) as err:
+        return ValueError(str(err))
 
 
 # ---------------------------------------------------------------------- state file
@@ -467,9 +501,7 @@ class Navigation:
     def persist(self) -> None:
         """Write the current calibrations in a worker thread; writes happen in request order."""
         snapshot = json.loads(json.dumps(self.calibrations))
-        task = asyncio.get_running_loop().create_task(self._write(snapshot))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._write(snapshot))
 
     async def _write(self, snapshot: dict[str, Any]) -> None:
         async with self._write_lock:
@@ -480,6 +512,26 @@ class Navigation:
                 self._event("calibration_not_saved", f"could not write {self.path}: {err}", {"path": str(self.path)})
                 return
             log.info("calibrations saved to %s", self.path)
+
+    def fit_async(self, samples: list, deliver: Callable[[Any], None]) -> None:
+        """Called in the control thread: fit in a worker thread, deliver to the behavior."""
+        aio = self._aio
+        if aio is None:
+            deliver(ValueError("no event loop to fit on"))
+            return
+        try:
+            aio.call_soon_threadsafe(self._spawn, self._fit(samples, deliver))
+        except RuntimeError:
+            deliver(ValueError("event loop closed"))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _fit(samples: list, deliver: Callable[[Any], None]) -> None:
+        deliver(await asyncio.to_thread(_fit_or_error, samples))
 
     def mag_result_threadsafe(self, result: dict[str, Any]) -> None:
         """Called in the control thread by the calibration behavior."""
@@ -560,7 +612,7 @@ async def post_mag_calibration(request: web.Request) -> web.Response:
                   default=min(cal["mag_turn_rate_rad_s"], nav.max_rate))
     st = nav.require_stage("the magnetometer calibration", need_mag=True)
     behavior = MagCalibrationBehavior(st, revolutions, rate, cal["mag_timeout_s"], nav.brake,
-                                      nav.mag_result_threadsafe)
+                                      nav.mag_result_threadsafe, nav.fit_async)
     state = nav.start(behavior)
     return _json({"ok": True, "state": state, "behavior": behavior.status()})
 
