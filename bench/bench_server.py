@@ -62,9 +62,34 @@ def loop_stats(srv) -> dict:
     return srv.state()["loop"]
 
 
-def bench_loop(rate_hz: float, clients: int, seconds: float) -> None:
-    srv = start_server({"loop": {"rate_hz": rate_hz}})
+def _video_viewer_proc(url: str, seconds: float, out: mp.Queue) -> None:
+    """One /ws/video viewer that acks every frame (a browser tab)."""
+    async def main() -> int:
+        frames = 0
+        stop_t = time.time() + seconds
+        async with aiohttp.ClientSession() as s, s.ws_connect(url + "/ws/video") as ws:
+            while time.time() < stop_t:
+                try:
+                    msg = await asyncio.wait_for(ws.receive(), 2)
+                except asyncio.TimeoutError:
+                    continue
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    n = int.from_bytes(msg.data[:4], "big")
+                    seq = json.loads(msg.data[4:4 + n])["seq"]
+                    await ws.send_str(json.dumps({"type": "ack", "seq": seq}))
+                    frames += 1
+        return frames
+
+    out.put(asyncio.run(main()))
+
+
+def bench_loop(rate_hz: float, clients: int, seconds: float, video: bool = False) -> None:
+    srv = start_server({"loop": {"rate_hz": rate_hz}, "video": {"enabled": video}})
     try:
+        if video:
+            vq: mp.Queue = mp.Queue()
+            vp = mp.Process(target=_video_viewer_proc, args=(srv.url, seconds + 2, vq), daemon=True)
+            vp.start()
         if clients:
             p, q = run_clients(srv.url, clients, seconds + 2)
             wait_until(lambda: srv.get("/api/telemetry")[1]["clients"] >= clients, 20, "clients connected")
@@ -75,12 +100,15 @@ def bench_loop(rate_hz: float, clients: int, seconds: float) -> None:
         ticks = after["ticks"] - before["ticks"]
         missed = after["missed"] - before["missed"]
         met = 100.0 * ticks / max(1, ticks + missed)
-        print(f"  loop {rate_hz:6.0f} Hz, {clients:2d} clients, {time.time() - t0:.0f} s: jitter p50 {after['jitter_p50_us']:.1f}"
+        label = f"{clients:2d} clients" + (" + video 640x480@30" if video else "")
+        print(f"  loop {rate_hz:6.0f} Hz, {label}, {time.time() - t0:.0f} s: jitter p50 {after['jitter_p50_us']:.1f}"
               f" / p99 {after['jitter_p99_us']:.1f} / max {after['jitter_max_us']:.1f} µs (last 2048 ticks); "
               f"deadlines met {met:.3f} % ({missed} missed of {ticks + missed}); tick exec p99 {after['exec_p99_us']:.0f} µs;"
               f" {after['realtime']}")
         if clients:
             p.join(seconds + 20)
+        if video:
+            print(f"    video viewer received {vq.get(timeout=30) / seconds:.1f} fps")
     finally:
         srv.stop()
 
@@ -158,6 +186,8 @@ def main() -> None:
     for rate in (100, 1000):
         for clients in (0, 50):
             bench_loop(rate, clients, secs)
+    bench_loop(1000, 0, secs, video=True)
+    bench_loop(1000, 50, secs, video=True)
     print("== stop latency")
     for rate in (100, 1000):
         bench_link_loss(trials, rate)
