@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import server.navigation
-from server.navigation import fit_magnetometer, parse_state, read_state_file, write_state_file
+from server.estimation import ACC, GYRO, MAG, EstimationStage
+from server.navigation import (HeadingBehavior, MagCalibrationBehavior, fit_magnetometer, parse_state,
+                               read_state_file, write_state_file)
 from tests.conftest import ServerProc, wait_until
 from tests.server.test_heading import (CLEAN_MAG, FAST, angle_error_deg, compass_deg, run_behavior,
                                        true_heading_deg)
@@ -144,6 +146,40 @@ def test_fit_magnetometer_planar_and_full_ellipsoid() -> None:
     assert cal["method"] == "ellipsoid" and cal["offset_ut"] == pytest.approx(offset, abs=1e-6)
 
 
+STILL = {"angular_rad_s": 0.0, "linear_m_s": 0.0}
+
+
+def test_magnetometer_run_without_field_samples_fails_with_the_reason() -> None:
+    st = EstimationStage(available=ACC + GYRO + MAG)
+    stored: list = []
+    b = MagCalibrationBehavior(st, 1.0, 0.5, 60.0, 1.0, stored.append)
+    out = b.update(STILL, 0.01, 0.0)
+    for _ in range(1000):  # the encoders turn, but no magnetometer value ever arrives
+        if out is None:
+            break
+        assert out[1] >= 0.0
+        st.odom_yaw_rad += 0.01
+        out = b.update(STILL, 0.01, 0.0)
+    assert out is None and b.outcome.startswith("failed: too few magnetometer samples"), b.outcome
+    assert not stored and st.mag_offset_ut is None
+
+
+def test_magnetometer_run_times_out_when_the_rover_does_not_turn() -> None:
+    st = EstimationStage(available=ACC + GYRO + MAG)
+    b = MagCalibrationBehavior(st, 1.0, 0.5, 2.0, 1.0, lambda r: None)
+    outs = [b.update(STILL, 0.01, 0.0) for _ in range(250)]
+    assert None in outs and b.outcome.startswith("failed: timeout"), b.outcome
+
+
+def test_heading_fails_without_a_heading_estimate() -> None:
+    st = EstimationStage(available=ACC + GYRO + MAG)  # never fed: heading NaN
+    settings = {"tolerance_deg": 5.0, "step_deg": 45.0, "turn_rate_rad_s": 0.8, "min_turn_rate_rad_s": 0.08,
+                "settle_s": 0.1, "coast_s": 0.1, "timeout_s": 60.0}
+    b = HeadingBehavior(st, 90.0, settings, 2.0, 1.0)
+    outs = [b.update(STILL, 0.01, 0.0) for _ in range(20)]
+    assert None in outs and b.outcome == "failed: no heading from the estimator"
+
+
 @pytest.mark.parametrize("samples", [np.zeros((5, 3)), np.tile([1.0, 2.0, 3.0], (50, 1)),
                                      np.column_stack([np.linspace(0, 1, 50)] * 2 + [np.zeros(50)])])
 def test_fail__fit_magnetometer_needs_a_turn(samples) -> None:
@@ -196,7 +232,8 @@ def test_uwb_range_calibration_from_pairs(server_factory, tmp_path) -> None:
     true = np.array([p[1] for p in pairs])
     assert np.polyval(uwb["coefficients"], raw) == pytest.approx(true, abs=0.04)
     after = fix_errors(srv, check)
-    print(f"\nUWB fix error before {before.round(3)} m, after {after.round(3)} m")
+    print(f"\nUWB ranges rms {uwb['rms_before_m']} m -> {uwb['rms_after_m']} m, coefficients {uwb['coefficients']}; "
+          f"fix error before {before.round(3)} m, after {after.round(3)} m")
     assert before.mean() > 0.05 and after.max() < 0.03
     cal = srv.get("/api/calibration")[1]
     assert cal["uwb"]["coefficients"] == uwb["coefficients"]
