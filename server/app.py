@@ -200,7 +200,7 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
     client = Client(ws, request.remote or "?")
     client.send_control({"type": "hello", "robot": robot_description(app), "state": app[LOOP].snapshot()})
     hub.clients.add(client)
-    writer = asyncio.create_task(client.writer(), name=f"ws-writer-{client.peer}")
+    writer = client.task = asyncio.create_task(client.writer(), name=f"ws-writer-{client.peer}")
     loop = app[LOOP]
     limits = app[LIMITS]
     try:

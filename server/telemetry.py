@@ -42,6 +42,15 @@ class Client:
         self.dropped = 0
         self.sent = 0
         self.closed = False
+        self.task: asyncio.Task | None = None  # the writer, owned by the websocket handler
+
+    async def close_going_away(self) -> None:
+        """Stop the writer first (no frame may interleave with the close frame), then close with 1001."""
+        task, self.task = self.task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await self.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
 
     def offer(self, data_json: str) -> None:
         if self.slot is not None:
@@ -125,8 +134,7 @@ class TelemetryHub:
         self._aio = None
         clients = list(self.clients)
         self.clients.clear()
-        await asyncio.gather(*(c.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
-                               for c in clients), return_exceptions=True)
+        await asyncio.gather(*(c.close_going_away() for c in clients), return_exceptions=True)
 
     def stats(self) -> dict[str, Any]:
         clients = list(self.clients)

@@ -172,7 +172,9 @@ def test_fail__ws_oversize_message_closes_with_1009(running_server: ServerProc) 
                 await ws.send_str(json.dumps({"type": "heartbeat", "pad": BIG}))
                 while True:
                     msg = await asyncio.wait_for(ws.receive(), 5)
-                    if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
+                    if msg.type == aiohttp.WSMsgType.CLOSE:
+                        return msg.data  # the code the server sent
+                    if msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
                         return ws.close_code
     before = robot_state(running_server)
     # the server answers 1009 and drops the connection; when the rest of our 17 KB is still unread the
