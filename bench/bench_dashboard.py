@@ -74,6 +74,8 @@ READ_WINDOW = """() => {
   const out = { ...s, heap: performance.memory ? performance.memory.usedJSHeapSize : null,
                 longTasks: window.__longTasks || 0, longTaskMs: window.__longTaskMs || 0,
                 state: window.teleop.session.latest && window.teleop.session.latest.state,
+                cause: window.teleop.session.latest && window.teleop.session.latest.cause
+                  && window.teleop.session.latest.cause.trigger,
                 dropped: window.teleop.session.dropped.total };
   window.teleop.stats.reset();
   window.__longTasks = 0; window.__longTaskMs = 0;
@@ -127,11 +129,22 @@ def main() -> int:
             print(f"dashboard {url}: {n_channels} channels, {n_gauges} gauges, {n_plots} plots, "
                   f"telemetry {robot.get('telemetry_rate_hz')} Hz, viewport {args.width}x{height}, "
                   f"{args.minutes:g} min{'' if args.no_drive else ', spinning in place'}")
-            if not args.no_drive:
+            estops: list[str] = []
+
+            def drive() -> None:
+                """Start and hold ArrowLeft: the rover spins in place (20 Hz speed + 10 Hz heartbeats)."""
+                page.keyboard.up("ArrowLeft")
+                if page.evaluate("window.teleop.session.latest.state") in ("estop", "fault"):
+                    page.evaluate("fetch('/api/reset', {method: 'POST'})")
+                    page.wait_for_function("window.teleop.session.latest.state === 'idle'", timeout=10000)
+                page.wait_for_function("!document.querySelector('#btn-start').disabled", timeout=10000)
                 page.click("#btn-start")
                 page.wait_for_function("window.teleop.session.latest.state === 'running'", timeout=5000)
                 page.locator("#joystick").focus()
-                page.keyboard.down("ArrowLeft")   # held for the whole run: 20 Hz speed + 10 Hz heartbeats
+                page.keyboard.down("ArrowLeft")
+
+            if not args.no_drive:
+                drive()
 
             cdp.send("Performance.enable")
 
@@ -156,7 +169,12 @@ def main() -> int:
                 minute += 1
                 deadline = t_start + 60 * minute
                 while time.monotonic() < deadline - 5:
-                    page.wait_for_timeout(min(5000, max(1, (deadline - 5 - time.monotonic()) * 1000)))
+                    page.wait_for_timeout(min(1000, max(1, (deadline - 5 - time.monotonic()) * 1000)))
+                    if not args.no_drive and page.evaluate("window.teleop.session.latest.state") != "running":
+                        # e.g. a link-loss stop when the machine stalls the page for > 0.5 s: note it, go on
+                        estops.append(page.evaluate("(window.teleop.session.latest.cause || {}).trigger || "
+                                                    "window.teleop.session.latest.state"))
+                        drive()
                 fps = page.evaluate("window.teleop.stats.measureFps(5000)")
                 w = page.evaluate(READ_WINDOW)
                 cpu_now = cpu_s()
@@ -183,8 +201,12 @@ def main() -> int:
             heap_end_gc = page.evaluate("performance.memory.usedJSHeapSize")
             if not args.no_drive:
                 page.keyboard.up("ArrowLeft")
-                page.click("#btn-stop")
+                if page.locator("#btn-stop").is_enabled():
+                    page.click("#btn-stop")
             print()
+            if estops:
+                print(f"the rover stopped {len(estops)} time(s) during the run ({', '.join(estops)}); "
+                      "the bench reset and restarted it each time")
             print(f"JS heap used: after 1 min {heap_1min / 1e6:.2f} MB (after GC {heap_1min_gc / 1e6:.2f} MB); "
                   f"after {total_minutes} min {heap_end / 1e6:.2f} MB (after GC {heap_end_gc / 1e6:.2f} MB); "
                   f"growth after GC {(heap_end_gc - heap_1min_gc) / 1e6:+.2f} MB")

@@ -103,6 +103,13 @@ def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(s
         api(server, "/api/acquisition")["available"])
     assert dash.page.locator("#conn-banner").is_hidden()
     assert dash.page.locator("#estop-banner").is_hidden()
+
+    # every control has an accessible name and can take keyboard focus
+    unnamed = dash.js("""() => [...document.querySelectorAll('button, input, select, [role=application]')]
+        .filter((el) => !(el.getAttribute('aria-label') || (el.labels && el.labels.length) || el.textContent.trim()))
+        .map((el) => el.outerHTML.slice(0, 80))""")
+    assert unnamed == [], unnamed
+    assert dash.js("document.querySelector('#joystick').tabIndex") == 0
     assert dash.console_errors() == [], dash.console_errors()
 
 
