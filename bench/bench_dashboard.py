@@ -127,7 +127,8 @@ def main() -> int:
             n_gauges = page.locator(".gauge").count()
             n_plots = page.locator(".plot").count()
             print(f"dashboard {url}: {n_channels} channels, {n_gauges} gauges, {n_plots} plots, "
-                  f"telemetry {robot.get('telemetry_rate_hz')} Hz, viewport {args.width}x{height}, "
+                  f"telemetry {robot.get('telemetry_rate_hz')} Hz, "
+                  f"video {'on' if (robot.get('video') or {}).get('enabled') else 'off'}, viewport {args.width}x{height}, "
                   f"{args.minutes:g} min{'' if args.no_drive else ', spinning in place'}")
             estops: list[str] = []
 
