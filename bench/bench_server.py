@@ -108,7 +108,7 @@ def bench_loop(rate_hz: float, clients: int, seconds: float, video: bool = False
         if clients:
             p.join(seconds + 20)
         if video:
-            print(f"    video viewer received {vq.get(timeout=30) / seconds:.1f} fps")
+            print(f"    video viewer received {vq.get(timeout=30) / (seconds + 2):.1f} fps")
     finally:
         srv.stop()
 

@@ -45,7 +45,7 @@ from typing import Any, Callable
 import numpy as np
 from aiohttp import web
 
-from robotics.estimation.magcal import fit_ellipsoid
+from robotics.estimation.magcal import fit_ellipsoid, fit_horizontal_ellipse
 from robotics.estimation.uwb import fit_range_correction
 from server.control_loop import ControlLoop
 from server.errors import ConflictError, MalformedError, ValidationError
@@ -185,32 +185,6 @@ class HeadingBehavior:
 
 
 # ---------------------------------------------------------------------- magnetometer calibration
-def fit_horizontal_ellipse(xy) -> tuple[np.ndarray, np.ndarray]:
-    """Axis-aligned ellipse ``A x² + B y² + D x + E y = 1`` through (N, 2) points:
-    (centre (2,), semi-axes (2,)), the 2D twin of :func:`robotics.estimation.magcal.fit_ellipsoid`.
-
-    >>> t = np.linspace(0.0, 2.0 * np.pi, 50, endpoint=False)
-    >>> c, ax = fit_horizontal_ellipse(np.column_stack([3.0 + 20.0 * np.cos(t), -2.0 + 25.0 * np.sin(t)]))
-    >>> np.round(c, 6).tolist(), np.round(ax, 6).tolist()
-    ([3.0, -2.0], [20.0, 25.0])
-    """
-    m = np.asarray(xy, dtype=float)
-    m = m[np.all(np.isfinite(m), axis=1)]
-    if len(m) < 4:
-        raise ValueError(f"need at least 4 finite samples for an ellipse fit, got {len(m)}")
-    centre = m.mean(axis=0)
-    spread = float(np.sqrt(np.mean(np.sum((m - centre) ** 2, axis=1))))
-    if not spread > 0.0:
-        raise ValueError("samples are all equal: cannot fit an ellipse")
-    x = (m - centre) / spread
-    coef, _, rank, _ = np.linalg.lstsq(np.column_stack([x**2, x]), np.ones(len(x)), rcond=None)
-    if rank < 4 or np.any(coef[:2] <= 0.0):
-        raise ValueError("samples do not span an ellipse: turn through a full revolution")
-    quad, lin = coef[:2], coef[2:]
-    g = 1.0 + float(np.sum(lin**2 / (4.0 * quad)))
-    return centre + (-lin / (2.0 * quad)) * spread, np.sqrt(g / quad) * spread
-
-
 def fit_magnetometer(samples_ut) -> dict[str, Any]:
     """Hard-iron offset and per-axis scale from raw (N, 3) readings (µT).
 

@@ -98,6 +98,7 @@ DEFAULTS: dict[str, Any] = {
     "mount_forward_m": 0.10,
     "mount_pitch_deg": 0.0,
     "noise_sigma": 0.0,
+    "render_process": True,
 }
 
 SOURCES = ("sim", "opencv")
@@ -131,7 +132,7 @@ def validate_video_settings(table: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"video: unknown key(s): {', '.join(map(str, unknown))}")
     out = dict(DEFAULTS)
     out.update(table)
-    for key in ("enabled", "loop_file"):
+    for key in ("enabled", "loop_file", "render_process"):
         if not isinstance(out[key], bool):
             raise ValueError(f"video.{key} must be true or false")
     if out["source"] not in SOURCES:

@@ -42,28 +42,49 @@ def fit_ellipsoid(samples, field_strength: float | None = None) -> tuple[np.ndar
     m = np.asarray(samples, dtype=float)
     if m.ndim != 2 or m.shape[1] != 3:
         raise ValueError(f"samples must be (N, 3), got shape {m.shape}")
+    offset, semi_axes = _fit_axis_aligned(m, "ellipsoid", "turn the sensor through more orientations")
+    radius = float(np.prod(semi_axes) ** (1.0 / 3.0)) if field_strength is None else float(field_strength)
+    return offset, radius / semi_axes
+
+
+def fit_horizontal_ellipse(xy) -> tuple[np.ndarray, np.ndarray]:
+    """Axis-aligned ellipse through (N, 2) points: (centre (2,), semi-axes (2,)).
+
+    The 2D twin of :func:`fit_ellipsoid`, for a robot turning on level ground, whose
+    magnetometer only sweeps a horizontal circle of the field (the 3D fit is then
+    rank-deficient).
+
+    >>> t = np.linspace(0.0, 2.0 * np.pi, 50, endpoint=False)
+    >>> c, ax = fit_horizontal_ellipse(np.column_stack([3.0 + 20.0 * np.cos(t), -2.0 + 25.0 * np.sin(t)]))
+    >>> np.round(c, 6).tolist(), np.round(ax, 6).tolist()
+    ([3.0, -2.0], [20.0, 25.0])
+    """
+    m = np.asarray(xy, dtype=float)
+    if m.ndim != 2 or m.shape[1] != 2:
+        raise ValueError(f"points must be (N, 2), got shape {m.shape}")
+    return _fit_axis_aligned(m, "ellipse", "turn through a full revolution")
+
+
+def _fit_axis_aligned(m: np.ndarray, shape: str, advice: str) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares ``Σ a_i x_i² + b_i x_i = 1`` in n dimensions: (centre (n,), semi-axes (n,))."""
+    n = m.shape[1]
     m = m[np.all(np.isfinite(m), axis=1)]
-    if len(m) < 6:
-        raise ValueError(f"need at least 6 finite samples for an ellipsoid fit, got {len(m)}")
+    if len(m) < 2 * n:
+        raise ValueError(f"need at least {2 * n} finite samples for an {shape} fit, got {len(m)}")
     # Centre and normalise first: it keeps the design matrix well conditioned in any unit (T or µT).
     centre = m.mean(axis=0)
     spread = float(np.sqrt(np.mean(np.sum((m - centre) ** 2, axis=1))))
     if not spread > 0.0:
-        raise ValueError("samples are all equal: cannot fit an ellipsoid")
+        raise ValueError(f"samples are all equal: cannot fit an {shape}")
     x = (m - centre) / spread
-    design = np.column_stack([x**2, x])
-    coef, _, rank, _ = np.linalg.lstsq(design, np.ones(len(x)), rcond=None)
-    if rank < 6:
-        raise ValueError("samples do not span an ellipsoid: turn the sensor through more orientations")
-    quad, lin = coef[:3], coef[3:]
+    coef, _, rank, _ = np.linalg.lstsq(np.column_stack([x**2, x]), np.ones(len(x)), rcond=None)
+    if rank < 2 * n:
+        raise ValueError(f"samples do not span an {shape}: {advice}")
+    quad, lin = coef[:n], coef[n:]
     if np.any(quad <= 0.0):
-        raise ValueError("least-squares surface is not an ellipsoid: turn the sensor through more orientations")
-    centre_n = -lin / (2.0 * quad)
+        raise ValueError(f"least-squares surface is not an {shape}: {advice}")
     g = 1.0 + float(np.sum(lin**2 / (4.0 * quad)))
-    semi_axes = np.sqrt(g / quad) * spread
-    offset = centre + centre_n * spread
-    radius = float(np.prod(semi_axes) ** (1.0 / 3.0)) if field_strength is None else float(field_strength)
-    return offset, radius / semi_axes
+    return centre + (-lin / (2.0 * quad)) * spread, np.sqrt(g / quad) * spread
 
 
 def apply(samples, offset, scale) -> np.ndarray:

@@ -144,3 +144,24 @@ class TestCameraContract:
 
     def test_describe_names_the_backend(self, backend):
         assert backend.describe()["name"] == backend.name
+
+
+def test_sim_camera_render_process_draws_the_same_picture() -> None:
+    """The out-of-process renderer (default) and the in-process one give identical frames."""
+    from drivers.camera.sim import SimCamera
+    from sim.world import World
+
+    world = World.from_config({"size_m": [6.0, 4.0], "boxes": [{"center": [4.5, 2.0], "size": [0.4, 0.4]}]})
+    pose = {"x": 3.0, "y": 2.0, "z": 0.0, "yaw": 0.1, "pitch": 0.02, "roll": -0.03, "t": 1.5}
+    frames = []
+    for remote in (True, False):
+        cam = SimCamera({"width": 160, "height": 120, "render_process": remote}, world, lambda: pose)
+        cam.open()
+        try:
+            frames.append(cam.read()[0])
+            assert (cam._worker is not None) is remote
+        finally:
+            cam.close()
+        assert cam._worker is None
+    assert frames[0].shape == (120, 160, 3)
+    assert (frames[0] == frames[1]).all()
