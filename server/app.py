@@ -28,6 +28,7 @@ from server.controller import Limits, RoverController
 from server.errors import ApiError, MalformedError, ValidationError, error_middleware
 from server.estimation import EstimationStage, build_estimation
 from server.navigation import setup_navigation
+from server.robot_svg import rover_svg
 from server.safety import SafetyConfig, Supervisor
 from server.telemetry import Client, TelemetryHub, dumps
 from server.video import VideoService, camera_factory, setup_video
@@ -125,6 +126,11 @@ async def get_state(request: web.Request) -> web.Response:
 
 async def get_robot(request: web.Request) -> web.Response:
     return web.Response(text=dumps(robot_description(request.app)), content_type="application/json")
+
+
+async def get_robot_svg(request: web.Request) -> web.Response:
+    channels = [c.name for c in request.app[DRIVER].channels()]
+    return web.Response(text=rover_svg(request.app[CONFIG], channels), content_type="image/svg+xml")
 
 
 async def get_events(request: web.Request) -> web.Response:
@@ -341,6 +347,7 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
     r.add_get("/", index)
     r.add_get("/api/state", get_state)
     r.add_get("/api/robot", get_robot)
+    r.add_get("/api/robot.svg", get_robot_svg)
     r.add_get("/api/events", get_events)
     r.add_get("/api/acquisition", get_acquisition)
     r.add_put("/api/acquisition", put_acquisition)

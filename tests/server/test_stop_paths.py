@@ -218,3 +218,12 @@ def test_controlled_stop_returns_to_idle(server: ServerProc) -> None:
         wait_until(lambda: server.state()["state"] == "idle", 5, "idle after the ramp")
     wait_until(lambda: at_rest(server), 5, "rover at rest")
     assert not events(server, "link_loss")
+
+
+def test_robot_description_and_drawing(server: ServerProc) -> None:
+    status, robot = server.get("/api/robot")
+    assert status == 200 and robot["profile"] == "rover"
+    names = [c["name"] for c in robot["channels"]]
+    assert len(names) == len(set(names)) and "range_front_m" in names and "heading_deg" in names
+    status, svg = server.request("GET", "/api/robot.svg")
+    assert status == 200 and svg.startswith(b"<svg") and b'class="wheel"' in svg and b"front" in svg

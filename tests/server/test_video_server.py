@@ -64,3 +64,17 @@ def test_snapshot_settings_and_robot_description(video_server: ServerProc) -> No
 def test_video_disabled_means_no_routes(server: ServerProc) -> None:
     assert server.get("/api/video")[0] == 404
     assert server.get("/api/robot")[1]["video"]["enabled"] is False
+
+
+def test_missing_camera_is_reported_and_everything_else_keeps_working(server_factory) -> None:
+    srv = server_factory({"video": {"enabled": True, "source": "opencv", "device": "/nonexistent/camera.avi",
+                                    "retry_initial_s": 0.05, "retry_max_s": 0.2}})
+    status = wait_until(lambda: (s := srv.get("/api/video")[1]["status"])["retries"] >= 2 and s, 15,
+                        "camera retries with backoff")
+    assert status["state"] in ("retrying", "failed") and status["error"]
+    code, body = srv.request("GET", "/api/video/snapshot.jpg")
+    assert code == 503 and body["error"]["message"]
+    # the robot side is unaffected
+    assert srv.post("/api/start")[0] == 200
+    assert srv.post("/api/speed", {"linear": 0.1, "angular": 0.0})[0] == 200
+    assert srv.state()["state"] == "running"
