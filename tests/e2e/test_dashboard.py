@@ -242,19 +242,22 @@ def test_hiding_the_tab_while_driving_stops_the_rover(server_factory, open_dashb
     dash = open_dashboard(server)
     _drive(dash, server, wait_for)
     epoch = dash.epoch()
-    sent_before = len(dash.sent_since(epoch))
     # Headless Chromium keeps every page "visible", so emulate the tab switch the way the
     # browser reports it: visibilityState becomes "hidden" and visibilitychange fires.
-    dash.js("""() => {
+    # The page's own clock stamps the moment, so a 20 Hz speed command that left just
+    # before it is not counted as sent after it.
+    hidden_at = dash.js("""() => {
+        const t = performance.timeOrigin + performance.now();
         Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => 'hidden'});
         Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
         document.dispatchEvent(new Event('visibilitychange'));
+        return t;
     }""")
     wait_for(lambda: _stopped_by_link_loss(server), LINK_LOSS_DEADLINE_S, "the rover to stop after the tab is hidden")
     wait_for(lambda: server_state(server)["state"] == "estop", LINK_LOSS_DEADLINE_S,
              "the link-loss e-stop (the hidden page sends no heartbeats)")
     assert server_state(server)["cause"]["trigger"] == "link_loss"
-    after = dash.sent_since(epoch)[sent_before:]
+    after = [m for m in dash.sent_since(epoch) if m["t"] >= hidden_at]
     # exactly one zero speed, then silence (the mouse is still down on the joystick)
     assert [m["type"] for m in after] == ["speed"], after
     assert after[0]["linear"] == 0 and after[0]["angular"] == 0
