@@ -22,6 +22,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import best_us  # noqa: E402
+
 from robotics.estimation.attitude import AttitudeFilter, rotation_zyx  # noqa: E402
 from robotics.estimation.pose import PoseEstimator  # noqa: E402
 from robotics.estimation.uwb import trilaterate  # noqa: E402
@@ -34,17 +36,6 @@ ANCHORS = np.array([[0.0, 0.0, 1.2], [5.0, 0.0, 1.2], [5.0, 8.0, 1.2], [0.0, 8.0
 TALL_ANCHORS = np.array([[0.0, 0.0, 0.3], [5.0, 0.0, 2.8], [5.0, 8.0, 0.3], [0.0, 8.0, 2.8]])
 TAG_Z = 0.125
 PAPER_MEAN_CM, PAPER_MAX_CM = 9.08, 23.0
-
-
-def per_call_us(fn, n: int) -> float:
-    """Best of three runs of ``n`` calls, microseconds per call."""
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, time.perf_counter() - t0)
-    return best / n * 1e6
 
 
 def bench_trilateration(n: int) -> None:
@@ -75,15 +66,15 @@ def bench_costs(n: int) -> None:
     acc, gyro, mag = r.T @ [0, 0, 9.80665], np.array([0.01, -0.02, 0.3]), r.T @ [0.0, 25e-6, -43e-6]
     f = AttitudeFilter()
     f.update(0.01, acc, gyro, mag)
-    print(f"  AttitudeFilter.update (acc+gyro+mag)   {per_call_us(lambda: f.update(0.001, acc, gyro, mag), n):7.1f} µs")
-    print(f"  AttitudeFilter.update (acc+gyro)       {per_call_us(lambda: f.update(0.001, acc, gyro), n):7.1f} µs")
+    print(f"  AttitudeFilter.update (acc+gyro+mag)   {best_us(lambda: f.update(0.001, acc, gyro, mag), n):7.1f} µs")
+    print(f"  AttitudeFilter.update (acc+gyro)       {best_us(lambda: f.update(0.001, acc, gyro), n):7.1f} µs")
     est = PoseEstimator()
-    print(f"  PoseEstimator.predict                  {per_call_us(lambda: est.predict(0.001, 0.3, 0.1), n):7.1f} µs")
-    print(f"  PoseEstimator.predict(yaw=...)         {per_call_us(lambda: est.predict(0.001, 0.3, 0.1, yaw=0.2), n):7.1f} µs")
+    print(f"  PoseEstimator.predict                  {best_us(lambda: est.predict(0.001, 0.3, 0.1), n):7.1f} µs")
+    print(f"  PoseEstimator.predict(yaw=...)         {best_us(lambda: est.predict(0.001, 0.3, 0.1, yaw=0.2), n):7.1f} µs")
     fix = np.array(est.pose[:2])
-    print(f"  PoseEstimator.update_uwb               {per_call_us(lambda: est.update_uwb(fix), n):7.1f} µs")
+    print(f"  PoseEstimator.update_uwb               {best_us(lambda: est.update_uwb(fix), n):7.1f} µs")
     ranges = np.linalg.norm(ANCHORS - [2.0, 3.0, TAG_Z], axis=1)
-    print(f"  trilaterate (exact ranges)             {per_call_us(lambda: trilaterate(ANCHORS, ranges), n // 10):7.1f} µs")
+    print(f"  trilaterate (exact ranges)             {best_us(lambda: trilaterate(ANCHORS, ranges), n // 10):7.1f} µs")
     imu = VirtualImu()
     clock = [0.0]
 
@@ -91,7 +82,7 @@ def bench_costs(n: int) -> None:
         clock[0] += 0.001
         imu.update(clock[0], [clock[0], 0.0, 0.0], r)
 
-    print(f"  VirtualImu.update                      {per_call_us(imu_step, n):7.1f} µs")
+    print(f"  VirtualImu.update                      {best_us(imu_step, n):7.1f} µs")
 
 
 def stadium_twist(t: float, speed: float = 0.4, straight_m: float = 4.0, radius_m: float = 1.0):

@@ -26,6 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import best_us  # noqa: E402
+
 from server.app import build_driver  # noqa: E402
 from server.config import DEFAULT_CONFIG, load_config  # noqa: E402
 from server.controller import Limits, RoverController  # noqa: E402
@@ -42,16 +44,6 @@ def setup(overrides: dict):
     driver.open()
     stage = build_estimation(cfg, [c.name for c in driver.channels()])
     return cfg, driver, stage
-
-
-def best_us(fn, n: int) -> float:
-    best = math.inf
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, time.perf_counter() - t0)
-    return best / n * 1e6
 
 
 def bench_read(n: int) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -34,6 +36,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def best_us(fn, n: int) -> float:
+    """Best of three runs of ``n`` calls of ``fn()``, microseconds per call."""
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, time.perf_counter() - t0)
+    return best / n * 1e6
+
+
 def pct(values, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else float("nan")
 
@@ -45,4 +58,4 @@ def summary_ms(values) -> str:
     return f"p50 {pct(v, 50):.3f} / p99 {pct(v, 99):.3f} / max {v.max():.3f} ms (n={len(v)})"
 
 
-__all__ = ["REPO", "ServerProc", "cpu_seconds", "pct", "start_server", "summary_ms", "wait_until"]
+__all__ = ["REPO", "ServerProc", "best_us", "cpu_seconds", "pct", "start_server", "summary_ms", "wait_until"]
