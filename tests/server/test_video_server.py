@@ -75,6 +75,8 @@ def test_missing_camera_is_reported_and_everything_else_keeps_working(server_fac
     code, body = srv.request("GET", "/api/video/snapshot.jpg")
     assert code == 503 and body["error"]["message"]
     # the robot side is unaffected
-    assert srv.post("/api/start")[0] == 200
-    assert srv.post("/api/speed", {"linear": 0.1, "angular": 0.0})[0] == 200
-    assert srv.state()["state"] == "running"
+    status, body = srv.post("/api/start")
+    assert status == 200, body
+    status, body = srv.post("/api/speed", {"linear": 0.1, "angular": 0.0})
+    assert status == 200, body
+    assert srv.state()["state"] == "running", srv.get("/api/events")[1]
