@@ -214,7 +214,7 @@ async def bench_stream(args, scenarios) -> None:
             proc.start()
             await asyncio.sleep(args.warmup)
             c0, w0 = _proc_cpu_s(), time.perf_counter()
-            while proc.is_alive() and q.empty():
+            while proc.is_alive() and q.empty():  # noqa: ASYNC110 - polls another process's queue
                 await asyncio.sleep(0.05)
             cpu = (_proc_cpu_s() - c0) / (time.perf_counter() - w0)
             outs, viewer_cpu = await asyncio.to_thread(q.get)

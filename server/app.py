@@ -8,11 +8,9 @@ is halted first, then sockets close.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 import jinja2

@@ -66,7 +66,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from drivers.base import Driver
 from drivers.camera.base import CameraError, CameraSource
 from drivers.errors import DriverError
-from server.errors import ApiError, MalformedError, ValidationError, error_response
+from server.errors import ApiError, MalformedError, error_response
 from server.validation import MAX_BODY_BYTES, integer, parse_object, reject_unknown
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,6 @@ the control thread), not from the test's wall clock.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
