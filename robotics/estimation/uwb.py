@@ -85,6 +85,10 @@ def _refine(a: np.ndarray, r: np.ndarray, p: np.ndarray, free: np.ndarray, itera
     return p
 
 
+_XY_ONLY = np.array([True, True, False])
+_XY_ONLY.setflags(write=False)
+
+
 def trilaterate(
     anchors,
     ranges,
@@ -114,21 +118,22 @@ def trilaterate(
     if len(r) < 3:
         raise ValueError(f"need at least 3 finite ranges for a fix, got {len(r)}")
     r = np.abs(r)  # a negative range is noise around zero; its magnitude is the best guess
-    centroid = a.mean(axis=0)
-    _, sv, vt = np.linalg.svd(a - centroid)
-    spread = float(sv[0]) if sv[0] > 0.0 else 1.0
-    coplanar = len(sv) < 3 or float(sv[2]) < _COPLANAR_TOL * spread
-    normal = vt[2] if len(vt) == 3 else np.array([0.0, 0.0, 1.0])
 
     # Linearised start: subtracting sphere equations pairwise cancels |p|² (seeds/002, eq. 12).
     lin_a = 2.0 * (a[1:] - a[0])
     lin_b = (np.sum(a[1:] ** 2, axis=1) - np.sum(a[0] ** 2)) - (r[1:] ** 2 - r[0] ** 2)
 
-    if z_fixed is not None:
+    if z_fixed is not None:  # before the plane analysis below, which a fixed height does not need
         rhs = lin_b - lin_a[:, 2] * z_fixed
         xy, *_ = np.linalg.lstsq(lin_a[:, :2], rhs, rcond=None)
         start = np.array([xy[0], xy[1], float(z_fixed)])
-        return _refine(a, r, start, np.array([True, True, False]), iterations)
+        return _refine(a, r, start, _XY_ONLY, iterations)
+
+    centroid = a.mean(axis=0)
+    _, sv, vt = np.linalg.svd(a - centroid)
+    spread = float(sv[0]) if sv[0] > 0.0 else 1.0
+    coplanar = len(sv) < 3 or float(sv[2]) < _COPLANAR_TOL * spread
+    normal = vt[2] if len(vt) == 3 else np.array([0.0, 0.0, 1.0])
 
     free = np.array([True, True, True])
     if not coplanar:
