@@ -58,7 +58,7 @@ async def serve(cfg: dict, host: str, port: int) -> None:
         print(f"teleop listening on http://{shown}:{bound}", flush=True)
         await stop.wait()
         log.info("shutting down: halting the robot first")
-        app[LOOP].shutdown()
+        await app[LOOP].shutdown_async()
     finally:
         await runner.cleanup()
 

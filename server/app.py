@@ -298,13 +298,13 @@ async def robot_ctx(app: web.Application):
     deadline = aio_loop.time() + 5.0
     while loop.seq == 0:  # serve only once the first snapshot exists
         if aio_loop.time() > deadline or not loop.alive:
-            loop.shutdown()
+            await loop.shutdown_async()
             raise DriverError("the control loop produced no first tick within 5 s")
         await asyncio.sleep(0.005)
     try:
         yield
     finally:
-        loop.shutdown()  # the robot halts before any socket closes
+        await loop.shutdown_async()  # the robot halts before any socket closes
         await hub.stop()
         try:
             driver.close()
@@ -314,7 +314,7 @@ async def robot_ctx(app: web.Application):
 
 async def on_shutdown(app: web.Application) -> None:
     """Halt first, then tell every websocket client we are going away (1001)."""
-    app[LOOP].shutdown()
+    await app[LOOP].shutdown_async()
     await app[HUB].stop()
 
 

@@ -16,6 +16,7 @@ tick is an *overrun*. N consecutive overruns e-stop the robot.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import math
@@ -35,12 +36,6 @@ from server.safety import Event, Inputs, Refused, State, Supervisor
 log = logging.getLogger(__name__)
 
 JITTER_WINDOW = 2048
-
-
-def _finite_or_none(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 class LoopStats:
@@ -174,7 +169,7 @@ class ControlLoop:
         self.behavior: Behavior | None = None
         self.setpoint = (0.0, 0.0)
         self.seq = 0
-        self.latest: dict[str, Any] = {}
+        self._tick_state: tuple[int, float, dict[str, float], dict[str, Any]] | None = None
         self.halt_count = 0
         self._cut_for: object | None = None  # the stop cause whose halt() was done
         self._last_frame_host_t = -math.inf
@@ -187,8 +182,13 @@ class ControlLoop:
         self._thread = threading.Thread(target=self._run, name="control-loop", daemon=True)
         self._thread.start()
 
+    async def shutdown_async(self, timeout_s: float = 2.0) -> None:
+        """:meth:`shutdown` for coroutines: the halt happens at once, the thread join off the event loop."""
+        self._halt()
+        await asyncio.to_thread(self.shutdown, timeout_s)
+
     def shutdown(self, timeout_s: float = 2.0) -> None:
-        """Halt the robot first, then stop the thread."""
+        """Halt the robot first, then stop the thread (blocks up to ``timeout_s`` for the join)."""
         self._halt()
         self._stop.set()
         if self._thread is not None:
@@ -299,21 +299,9 @@ class ControlLoop:
             if sup.state is not State.RUNNING:
                 self.setpoint = (0.0, 0.0)
             self.seq += 1
-            self.latest = {
-                "seq": self.seq,
-                "t": time.time(),
-                "state": sup.state.value,
-                "cause": sup.cause.to_json() if sup.cause else None,
-                "setpoint": {"linear": self.setpoint[0], "angular": self.setpoint[1]},
-                "command": {"linear": ctrl.linear, "angular": ctrl.angular},
-                "values": {k: _finite_or_none(v) for k, v in (values or sup.last_values).items()},
-                "truth": truth,
-                "behavior": _behavior_status(self.behavior),
-                "link": {
-                    "age_s": round(now - sup.last_command_t, 4) if math.isfinite(sup.last_command_t) else None,
-                    "timeout_s": sup.cfg.command_timeout_s,
-                },
-            }
+            # one tuple per tick, swapped whole (atomic for readers on other threads); the JSON-shaped
+            # snapshot is built by snapshot() at the telemetry rate, off this thread
+            self._tick_state = (self.seq, time.time(), values if values is not None else sup.last_values, truth)
             self._drain_events()
         if self.on_publish is not None and self.seq % self.publish_every == 0:
             self.on_publish()
@@ -390,13 +378,6 @@ class ControlLoop:
                 fn()
             finally:
                 self._drain_events()
-                sup = self.supervisor
-                # the snapshot must not show the state from before this request until the next tick
-                self.latest = {**self.latest, "state": sup.state.value,
-                               "cause": sup.cause.to_json() if sup.cause else None,
-                               "setpoint": {"linear": self.setpoint[0], "angular": self.setpoint[1]},
-                               "command": {"linear": self.controller.linear, "angular": self.controller.angular},
-                               "behavior": _behavior_status(self.behavior)}
             return self.supervisor.state.value
 
     def start_robot(self) -> str:
@@ -449,9 +430,36 @@ class ControlLoop:
             return self.driver.debug(command)
 
     def snapshot(self) -> dict[str, Any]:
-        snap = dict(self.latest)
-        snap["loop"] = self.stats.to_json()
-        return snap
+        """The state as JSON-ready data (``{}`` before the first tick). Called on the event loop.
+
+        Channel values and ground truth are those of the last tick; state, cause, setpoint,
+        command and behaviour are read live, so a reply to a request is never contradicted by
+        an older snapshot. NaN values stay NaN here; the serialiser writes them as null.
+        """
+        tick = self._tick_state
+        if tick is None:
+            return {}
+        seq, wall_t, values, truth = tick
+        sup = self.supervisor
+        cause = sup.cause
+        linear, angular = self.setpoint
+        last_command_t = sup.last_command_t
+        return {
+            "seq": seq,
+            "t": wall_t,
+            "state": sup.state.value,
+            "cause": cause.to_json() if cause else None,
+            "setpoint": {"linear": linear, "angular": angular},
+            "command": {"linear": self.controller.linear, "angular": self.controller.angular},
+            "values": values,
+            "truth": truth,
+            "behavior": _behavior_status(self.behavior),
+            "link": {
+                "age_s": round(time.monotonic() - last_command_t, 4) if math.isfinite(last_command_t) else None,
+                "timeout_s": sup.cfg.command_timeout_s,
+            },
+            "loop": self.stats.to_json(),
+        }
 
 
 __all__ = ["ControlLoop", "LoopStats", "Refused", "try_realtime"]

@@ -41,7 +41,6 @@ class Client:
         self.wake = asyncio.Event()
         self.dropped = 0
         self.sent = 0
-        self.closed = False
         self.task: asyncio.Task | None = None  # the writer, owned by the websocket handler
 
     async def close_going_away(self) -> None:
@@ -76,8 +75,6 @@ class Client:
                     self.sent += 1
         except (ConnectionResetError, RuntimeError, asyncio.CancelledError):
             pass
-        finally:
-            self.closed = True
 
 
 class TelemetryHub:
@@ -94,7 +91,6 @@ class TelemetryHub:
         self.max_clients = max_clients
         self.clients: weakref.WeakSet[Client] = weakref.WeakSet()
         self.published = 0
-        self.last_json = "{}"
         self._aio: asyncio.AbstractEventLoop | None = None
         self._pending = False
         self._last_seq = None
@@ -116,7 +112,6 @@ class TelemetryHub:
             return
         self._last_seq = snap.get("seq")
         data = dumps(snap)  # serialise once for every client
-        self.last_json = data
         self.published += 1
         for c in list(self.clients):
             c.offer(data)

@@ -37,6 +37,8 @@ from typing import Mapping
 import cv2
 import numpy as np
 
+from robotics.estimation.attitude import rotation_zyx
+
 from sim.world import World
 
 #: height of walls (the world is a plan; walls have no height of their own), m
@@ -103,25 +105,9 @@ class CameraMount:
     pitch_rad: float = 0.0
 
 
-def rotation_world_body(yaw: float, pitch: float, roll: float) -> np.ndarray:
-    """R_world_body = Rz(yaw)·Ry(pitch)·Rx(roll).
-
-    >>> R = rotation_world_body(0.0, 0.1, 0.0)
-    >>> bool(R[2, 0] < 0)      # nose down: body x points below the horizon
-    True
-    """
-    cy, sy = math.cos(yaw), math.sin(yaw)
-    cp, sp = math.cos(pitch), math.sin(pitch)
-    cr, sr = math.cos(roll), math.sin(roll)
-    rz = np.array([[cy, -sy, 0.0], [sy, cy, 0.0], [0.0, 0.0, 1.0]])
-    ry = np.array([[cp, 0.0, sp], [0.0, 1.0, 0.0], [-sp, 0.0, cp]])
-    rx = np.array([[1.0, 0.0, 0.0], [0.0, cr, -sr], [0.0, sr, cr]])
-    return rz @ ry @ rx
-
-
 def camera_pose(pose: Mapping[str, float], mount: CameraMount) -> tuple[np.ndarray, np.ndarray]:
     """Camera centre in the world (3,) and R_world_cam (3, 3), camera axes x forward, y left, z up."""
-    R_wb = rotation_world_body(float(pose.get("yaw", 0.0)), float(pose.get("pitch", 0.0)), float(pose.get("roll", 0.0)))
+    R_wb = rotation_zyx(float(pose.get("roll", 0.0)), float(pose.get("pitch", 0.0)), float(pose.get("yaw", 0.0)))
     p = np.array([float(pose.get("x", 0.0)), float(pose.get("y", 0.0)), float(pose.get("z", 0.0))])
     centre = p + R_wb @ np.array([mount.forward_m, 0.0, mount.height_m])
     cp, sp = math.cos(mount.pitch_rad), math.sin(mount.pitch_rad)
