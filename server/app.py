@@ -97,7 +97,7 @@ async def read_body(request: web.Request, allow_empty: bool = True) -> dict[str,
 def command_handler(name: str):
     async def handle(request: web.Request) -> web.Response:
         body = await read_body(request, allow_empty=name != "speed")
-        state = commands.execute(request.app[LOOP], request.app[LIMITS], name, body)
+        state = commands.execute(request.app[LOOP], request.app[LIMITS], name, body, source="http")
         return web.json_response({"ok": True, "state": state})
 
     handle.__name__ = f"post_{name}"
@@ -237,7 +237,7 @@ def handle_ws_message(loop: ControlLoop, limits: Limits, text: str) -> dict[str,
             reject_unknown(body, {"type", "id", "t"})
             t = number(body, "t", required=False)
             return {"type": "pong", "id": msg_id, "t": t, "server_t": time.time()}
-        state = commands.execute(loop, limits, kind, body)
+        state = commands.execute(loop, limits, kind, body, source="websocket")
         if kind == "heartbeat":
             return None  # at 10–50 Hz an ack per heartbeat is noise; errors still come back
         return {"type": "ack", "id": msg_id, "command": kind, "state": state}
@@ -322,6 +322,10 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
     if stage is not None:
         app[ESTIMATION] = stage
         loop.stages.append(stage)
+    driver_channels = {c.name for c in driver.channels()}
+    for rule in supervisor.cfg.rules:  # a rule on a derived channel is as fresh as the stage's inputs
+        if rule.channel not in driver_channels and stage is not None:
+            loop.derived_sources[rule.channel] = tuple(sorted(stage.sources([rule.channel])))
     app[HUB] = TelemetryHub(loop.snapshot, cfg["telemetry"]["rate_hz"], cfg["telemetry"]["max_clients"])
     app[JINJA] = jinja2.Environment(loader=jinja2.FileSystemLoader(str(WEB_DIR / "templates")),
                                     autoescape=True)

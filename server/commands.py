@@ -26,12 +26,13 @@ def parse_speed(body: dict[str, Any], limits: Limits) -> tuple[float, float, flo
     return linear, angular, ttl
 
 
-def execute(loop: ControlLoop, limits: Limits, name: str, body: dict[str, Any]) -> str:
-    """Run one command; returns the state after. Raises ValidationError / ConflictError."""
+def execute(loop: ControlLoop, limits: Limits, name: str, body: dict[str, Any], source: str = "http") -> str:
+    """Run one command; returns the state after. Raises ValidationError / ConflictError.
+    ``source`` ("http", "websocket") is shown with the setpoint it sets."""
     try:
         if name == "speed":
             linear, angular, ttl = parse_speed(body, limits)
-            return loop.set_speed(linear, angular, ttl)
+            return loop.set_speed(linear, angular, ttl, source)
         if name == "estop":
             reject_unknown(body, {"reason"} | ENVELOPE)
             reason = body.get("reason", "")

@@ -106,6 +106,8 @@ SCHEMA: dict[str, Any] = {
         "realtime": F((bool,), True),
         "spin_us": F(NUM, 200.0, rng(0.0, 2000.0)),
         "max_consecutive_overruns": F((int,), 10, rng(1, 100000)),
+        # one tick later than this is a trigger of its own (a frozen process counts one overrun)
+        "max_stall_s": F(NUM, None, rng(0.0, 60.0, lo_open=True)),
     },
     "limits": {
         "linear_m_s": F(NUM, 0.5, rng(0.0, 20.0, lo_open=True)),
@@ -260,6 +262,8 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> dict[
         raw = _merge(raw, overrides)
     cfg = _validate(raw, SCHEMA, "", where)
     _check_rules(cfg, where)
+    if cfg["loop"]["max_stall_s"] is None:  # default: five periods
+        cfg["loop"]["max_stall_s"] = 5.0 / cfg["loop"]["rate_hz"]
     cfg["uwb"]["anchors"] = [[float(c) for c in p] for p in cfg["uwb"]["anchors"]]
     cfg["estimation"]["uwb_range_correction"] = [float(c) for c in cfg["estimation"]["uwb_range_correction"]]
     cfg["driver"].setdefault("name", "sim")

@@ -169,7 +169,11 @@ class ControlLoop:
         self.behavior: Behavior | None = None
         self.setpoint = (0.0, 0.0)
         self.seq = 0
-        self._tick_state: tuple[int, float, dict[str, float], dict[str, Any]] | None = None
+        self.setpoint_source: str | None = None  # "http", "websocket" or a behaviour's name
+        self.derived_sources: dict[str, tuple[str, ...]] = {}  # rule channels made by stages → their inputs
+        self._values: dict[str, float] | None = None
+        self._truth: dict[str, Any] = {}
+        self._record: dict[str, Any] | None = None
         self.halt_count = 0
         self._cut_for: object | None = None  # the stop cause whose halt() was done
         self._activated_for = 0  # the supervisor's start count the driver was activated for
@@ -234,7 +238,7 @@ class ControlLoop:
             dt = now - last_t
             last_t = now
             try:
-                self._tick(now, dt, overrun)
+                self._tick(now, dt, overrun, late)
             except Exception:  # a bug in the tick must not leave the robot moving
                 log.exception("control tick failed; halting")
                 self._halt()
@@ -244,16 +248,18 @@ class ControlLoop:
             self.stats.record(late, clock() - now)
             next_t += period
 
-    def _tick(self, now: float, dt: float, overrun: bool) -> None:
+    def _tick(self, now: float, dt: float, overrun: bool, late: float = 0.0) -> None:
         with self.lock:
             sup = self.supervisor
             values = None
             err = None
             truth: dict[str, Any] = {}
+            sample_t: dict[str, float] | None = None
             try:
                 frame = self.driver.read(dt)
                 values = frame.values
                 truth = frame.truth
+                sample_t = frame.sample_t
                 self._last_frame_host_t = now
             except DriverError as e:
                 err = f"{type(e).__name__}: {e}"
@@ -262,11 +268,13 @@ class ControlLoop:
             if values is not None:
                 for stage in self.stages:
                     stage.process(values, dt, now)
+                for derived, sources in self.derived_sources.items():  # a derived value is as old as its oldest input
+                    sample_t[derived] = min((sample_t.get(c, -math.inf) for c in sources), default=now)
             measured = values.get("linear_m_s", 0.0) if values else 0.0
             ctrl = self.controller
             lin = ctrl.linear if abs(ctrl.linear) >= abs(measured) else measured
             was = sup.state
-            sup.evaluate(Inputs(now, values, err, self._last_frame_host_t, overrun, lin,
+            sup.evaluate(Inputs(now, values, err, self._last_frame_host_t, overrun, late, sample_t, lin,
                                 ctrl.angular, ctrl.stopped))
             mode = sup.output_mode()
             if sup.state is not was and sup.state is State.RUNNING:
@@ -277,9 +285,9 @@ class ControlLoop:
                     if sp is None:
                         self._end_behavior(now, "finished", cancel=False)
                     else:
-                        self.setpoint = sp
+                        self._set_setpoint(sp, self.behavior.name)
                 elif sup.state is not State.RUNNING:
-                    self._end_behavior(now, f"cancelled: robot {sup.state.value}")
+                    self._end_behavior(now, f"robot {sup.state.value}")
             lin_sp, ang_sp = self.setpoint if mode == "track" else (0.0, 0.0)
             command = ctrl.update(dt, mode, lin_sp, ang_sp)
             if mode == "ramp" and ctrl.stopped and sup.state is State.ESTOP:
@@ -305,14 +313,52 @@ class ControlLoop:
                     self._halt()
                     sup.evaluate(Inputs(now, None, f"write failed: {e}"))
             if sup.state is not State.RUNNING:
-                self.setpoint = (0.0, 0.0)
+                self._set_setpoint((0.0, 0.0), None)
             self.seq += 1
-            # one tuple per tick, swapped whole (atomic for readers on other threads); the JSON-shaped
-            # snapshot is built by snapshot() at the telemetry rate, off this thread
-            self._tick_state = (self.seq, time.time(), values if values is not None else sup.last_values, truth)
+            if values is not None:
+                self._values, self._truth = values, truth
+            publish = self.seq % self.publish_every == 0 or self._record is None
+            if publish:
+                self._make_record()
             self._drain_events()
-        if self.on_publish is not None and self.seq % self.publish_every == 0:
+        if publish and self.on_publish is not None:
             self.on_publish()
+
+    def _set_setpoint(self, setpoint: tuple[float, float], source: str | None) -> None:
+        self.setpoint = setpoint
+        self.setpoint_source = source if setpoint != (0.0, 0.0) else None
+
+    def _make_record(self) -> None:
+        """Build the snapshot from this moment's state, under the lock, as one new dict.
+
+        Called on publish ticks and after every operator request, so a snapshot never mixes two
+        ticks (state, cause, setpoint and values all come from the same moment) and a reply to a
+        request is never contradicted by an older snapshot. Readers on other threads only swap in
+        the reference; the dict is never mutated after it is stored.
+        """
+        sup = self.supervisor
+        cause = sup.cause
+        linear, angular = self.setpoint
+        last_command_t = sup.last_command_t
+        now = time.monotonic()
+        stale = sup.stale_channels(now) if self._values is not None else []
+        self._record = {
+            "seq": self.seq,
+            "t": time.time(),
+            "state": sup.state.value,
+            "cause": cause.to_json() if cause else None,
+            "setpoint": {"linear": linear, "angular": angular, "source": self.setpoint_source},
+            "command": {"linear": self.controller.linear, "angular": self.controller.angular},
+            "values": self._values if self._values is not None else sup.last_values,
+            "truth": self._truth,
+            "stale": [ch for ch, _ in stale],
+            "behavior": _behavior_status(self.behavior),
+            "link": {
+                "age_s": round(now - last_command_t, 4) if math.isfinite(last_command_t) else None,
+                "timeout_s": sup.cfg.command_timeout_s,
+            },
+            **{stage.name: stage.status() for stage in self.stages if callable(getattr(stage, "status", None))},
+        }
 
     def _end_behavior(self, now: float, how: str, cancel: bool = True) -> None:
         """Stop the active behavior and zero the setpoint (called under the lock)."""
@@ -320,7 +366,7 @@ class ControlLoop:
         if b is None:
             return
         self.behavior = None
-        self.setpoint = (0.0, 0.0)
+        self._set_setpoint((0.0, 0.0), None)
         if cancel:
             b.cancel(how)
         status = _behavior_status(b) or {}
@@ -336,7 +382,7 @@ class ControlLoop:
             now = time.monotonic()
             sup = self.supervisor
             if sup.state is not State.RUNNING:
-                raise Refused("not_running", f"robot is {sup.state.value}; start it first")
+                raise Refused(*sup.not_running_reason())
             self._end_behavior(now, "replaced")
             sup.touch(now)
             self.behavior = behavior
@@ -385,13 +431,15 @@ class ControlLoop:
             try:
                 fn()
             finally:
+                if self.seq:
+                    self._make_record()
                 self._drain_events()
             return self.supervisor.state.value
 
     def start_robot(self) -> str:
         def go() -> None:
             self.supervisor.request_start(time.monotonic())
-            self.setpoint = (0.0, 0.0)
+            self._set_setpoint((0.0, 0.0), None)
         return self._request(go)
 
     def stop_robot(self) -> str:
@@ -405,7 +453,7 @@ class ControlLoop:
         def go() -> None:
             self.supervisor.request_estop(time.monotonic(), reason)
             self._end_behavior(time.monotonic(), "e-stop")
-            self.setpoint = (0.0, 0.0)
+            self._set_setpoint((0.0, 0.0), None)
             if self.supervisor.output_mode() == "cut" and self._cut_for is not self.supervisor.cause:
                 self._halt()  # do not wait for the next tick
                 self._cut_for = self.supervisor.cause
@@ -419,14 +467,14 @@ class ControlLoop:
     def heartbeat(self) -> str:
         return self._request(lambda: self.supervisor.touch(time.monotonic()))
 
-    def set_speed(self, linear: float, angular: float, ttl_s: float | None = None) -> str:
+    def set_speed(self, linear: float, angular: float, ttl_s: float | None = None, source: str = "http") -> str:
         def go() -> None:
             now = time.monotonic()
             self.supervisor.check_speed(now, linear, angular)
             self._end_behavior(now, "operator took over")
             self.supervisor.touch(now)
             self.supervisor.set_ttl(now, ttl_s)
-            self.setpoint = (linear, angular)
+            self._set_setpoint((linear, angular), source)
         return self._request(go)
 
     def set_acquisition(self, rate_hz: float, channels: list[str]):
@@ -438,36 +486,13 @@ class ControlLoop:
             return self.driver.debug(command)
 
     def snapshot(self) -> dict[str, Any]:
-        """The state as JSON-ready data (``{}`` before the first tick). Called on the event loop.
+        """The latest record plus the loop's timing figures (``{}`` before the first publish).
 
-        Channel values and ground truth are those of the last tick; state, cause, setpoint,
-        command and behaviour are read live, so a reply to a request is never contradicted by
-        an older snapshot. NaN values stay NaN here; the serialiser writes them as null.
-        """
-        tick = self._tick_state
-        if tick is None:
+        NaN values stay NaN here; the serialiser writes them as null."""
+        record = self._record
+        if record is None:
             return {}
-        seq, wall_t, values, truth = tick
-        sup = self.supervisor
-        cause = sup.cause
-        linear, angular = self.setpoint
-        last_command_t = sup.last_command_t
-        return {
-            "seq": seq,
-            "t": wall_t,
-            "state": sup.state.value,
-            "cause": cause.to_json() if cause else None,
-            "setpoint": {"linear": linear, "angular": angular},
-            "command": {"linear": self.controller.linear, "angular": self.controller.angular},
-            "values": values,
-            "truth": truth,
-            "behavior": _behavior_status(self.behavior),
-            "link": {
-                "age_s": round(time.monotonic() - last_command_t, 4) if math.isfinite(last_command_t) else None,
-                "timeout_s": sup.cfg.command_timeout_s,
-            },
-            "loop": self.stats.to_json(),
-        }
+        return {**record, "loop": self.stats.to_json()}
 
 
 __all__ = ["ControlLoop", "LoopStats", "Refused", "try_realtime"]

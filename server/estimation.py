@@ -353,6 +353,22 @@ class EstimationStage:
         """Names of the channels :meth:`process` writes."""
         return self._outputs
 
+    @property
+    def heading_calibrated(self) -> bool:
+        return self.mag_offset_ut is not None
+
+    def heading_warning(self) -> str | None:
+        """Why the compass heading may be off, or None (no magnetometer: no heading at all)."""
+        if not self.has_mag or self.heading_calibrated:
+            return None
+        return ("heading uncalibrated: hard and soft iron may put it ~10° off until a magnetometer "
+                "calibration runs (POST /api/calibration/magnetometer)")
+
+    def status(self) -> dict[str, Any]:
+        """For the snapshot's ``estimation`` field."""
+        return {"heading_calibrated": self.heading_calibrated if self.has_mag else None,
+                "warning": self.heading_warning()}
+
 
 def build_estimation(cfg: dict[str, Any], available: Iterable[str]) -> EstimationStage | None:
     """The stage for this configuration, or None when disabled or the driver has no IMU."""

@@ -573,7 +573,11 @@ async def post_heading(request: web.Request) -> web.Response:
     st = nav.require_stage("turning to a heading", need_mag=True)
     behavior = HeadingBehavior(st, target, nav.cfg["heading"], nav.max_rate, nav.brake)
     state = nav.start(behavior)
-    return _json({"ok": True, "state": state, "behavior": behavior.status()})
+    reply = {"ok": True, "state": state, "behavior": behavior.status()}
+    warning = st.heading_warning()
+    if warning:
+        reply["warning"] = warning
+    return _json(reply)
 
 
 async def post_mag_calibration(request: web.Request) -> web.Response:
