@@ -186,7 +186,7 @@ class EstimationStage:
                         crit_high=crit, plot=True, decimals=3),
         ]
         if self.has_mag:
-            specs.append(ChannelSpec("heading_deg", "deg", 0.0, 360.0, "dial", "Heading", decimals=1))
+            specs.append(ChannelSpec("heading_deg", "°", 0.0, 360.0, "dial", "Heading", decimals=1))
         specs += [
             ChannelSpec("est_x_m", "m", float(lo[0]), float(hi[0]), "digital", "Position x (fused)", decimals=3),
             ChannelSpec("est_y_m", "m", float(lo[1]), float(hi[1]), "digital", "Position y (fused)", decimals=3),
