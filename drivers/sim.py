@@ -285,6 +285,8 @@ class SimDriver(Driver):
         # (left, right) rad/s; replaced whole, never mutated, so halt() from another thread is atomic
         self._command: tuple[float, float] = (0.0, 0.0)
         self._fault: str | None = None
+        self._frozen: tuple[str, ...] = ()
+        self._nan: tuple[str, ...] = ()
         self._forced_battery_v: float | None = None
         self._held: dict[str, float] = {}
         self._held_t: dict[str, float] = {}
@@ -435,10 +437,17 @@ class SimDriver(Driver):
         # sample when the next sample instant is nearer than half this step: a loop
         # running at the acquisition rate samples every tick despite jitter
         if not self._held or t >= self._next_sample_t - 0.5 * dt:
+            old, old_t = self._held, self._held_t
             self._held = self._sample(sim)
             # each value keeps the host time it was sampled (the UWB ranges: when they were measured)
             self._held_t = {name: (self._uwb_host_t if name.startswith("uwb_range_") else now)
                             for name in self._held}
+            for name in self._frozen:  # debug: a sensor that stopped updating (its old sample stays)
+                if name in old and name in self._held:
+                    self._held[name], self._held_t[name] = old[name], old_t[name]
+            for name in self._nan:  # debug: a sensor that reports no value
+                if name in self._held:
+                    self._held[name] = math.nan
             self._next_sample_t += period
             if self._next_sample_t <= t:  # fell behind (first read, long step): restart the grid
                 self._next_sample_t = t + period
@@ -553,6 +562,9 @@ class SimDriver(Driver):
           (:meth:`open` raises :class:`DriverOpenError`) or ``None`` to clear.
           Sticky, across close and open, until cleared.
         * ``"battery_v"``: pin the battery voltage reading (V), ``None`` to release.
+        * ``"freeze"``: channel names whose sensor stops updating (the value and its sample time stay
+          those of the last sample: a stale reading); ``[]`` to release.
+        * ``"nan"``: channel names that read NaN (no echo, a dead sensor); ``[]`` to release.
         * ``"teleport"``: ``[x_m, y_m, yaw_rad]``; the rover stops there (driver must be open).
           The IMU keeps its history, so it sees the jump as one sample of violent motion: the
           gyro carries the turn (an attitude filter follows at once), the accelerometer spikes.
@@ -563,9 +575,14 @@ class SimDriver(Driver):
         >>> d.debug({"fault": "read_error"})["fault"]
         'read_error'
         """
-        unknown = [k for k in command if k not in ("fault", "battery_v", "teleport")]
+        unknown = [k for k in command if k not in ("fault", "battery_v", "teleport", "freeze", "nan")]
         if unknown:
             raise ValueError(f"unknown debug key(s): {', '.join(map(str, unknown))}")
+        names = {c.name for c in self._channels}
+        for key in ("freeze", "nan"):
+            v = command.get(key, [])
+            if not isinstance(v, list) or not all(isinstance(c, str) and c in names for c in v):
+                raise ValueError(f"{key} must be a list of channel names")
         if "fault" in command and command["fault"] not in _FAULTS:
             raise ValueError(f"fault must be one of {_FAULTS}")
         battery_v = command.get("battery_v")
@@ -586,6 +603,10 @@ class SimDriver(Driver):
             if command["fault"] != self._fault:
                 logger.warning("sim fault injection: %s", command["fault"])
             self._fault = command["fault"]
+        if "freeze" in command:
+            self._frozen = tuple(command["freeze"])
+        if "nan" in command:
+            self._nan = tuple(command["nan"])
         if "battery_v" in command:
             self._forced_battery_v = battery_v
             if self._sim is not None:
@@ -597,7 +618,8 @@ class SimDriver(Driver):
 
     def debug_state(self) -> dict[str, Any]:
         """The current fault, forced battery voltage and (when open) the true pose."""
-        state: dict[str, Any] = {"fault": self._fault, "battery_v": self._forced_battery_v}
+        state: dict[str, Any] = {"fault": self._fault, "battery_v": self._forced_battery_v,
+                                 "freeze": list(self._frozen), "nan": list(self._nan)}
         if self._sim is not None:
             state["pose"] = list(self._sim.pose)
             state["sim_time_s"] = self._sim.sim_time_s

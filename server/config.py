@@ -131,11 +131,19 @@ SCHEMA: dict[str, Any] = {
         "max_clients": F((int,), 100, rng(1, 10000)),
         "event_log_size": F((int,), 500, rng(10, 100000)),
         "send_buffer_bytes": F((int,), 32768, rng(4096, 16 * 1024 * 1024)),
+        # per websocket client: commands a second and the burst saved up (the e-stop is exempt)
+        "command_rate_hz": F(NUM, 100.0, rng(1.0, 100000.0)),
+        "command_burst": F((int,), 200, rng(1, 1000000)),
     },
     "server": {
         "host": F((str,), "127.0.0.1"),
         "port": F((int,), 8080, rng(0, 65535)),
         "state_dir": F((str,), "state"),
+        "max_connections": F((int,), 256, rng(1, 100000)),  # beyond this, new connections are closed at once
+        "request_timeout_s": F(NUM, 15.0, rng(0.1, 3600.0)),  # a connection with no complete request this long closes
+        "body_timeout_s": F(NUM, 5.0, rng(0.1, 3600.0)),  # a request body must arrive within this
+        # a websocket/MJPEG client whose writer cannot make progress (it does not read or ack) this long is closed
+        "writer_stall_s": F(NUM, 10.0, rng(0.1, 3600.0)),
     },
     "debug": {
         "routes": F((bool,), False),

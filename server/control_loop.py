@@ -179,6 +179,7 @@ class ControlLoop:
         self._activated_for = 0  # the supervisor's start count the driver was activated for
         self._last_frame_host_t = -math.inf
         self._stop = threading.Event()
+        self._shut_down = False
         self._thread: threading.Thread | None = None
         self._consecutive_late = 0
 
@@ -189,12 +190,27 @@ class ControlLoop:
 
     async def shutdown_async(self, timeout_s: float = 2.0) -> None:
         """:meth:`shutdown` for coroutines: the halt happens at once, the thread join off the event loop."""
-        self._halt()
+        self._shutdown_halt()
         await asyncio.to_thread(self.shutdown, timeout_s)
+
+    def _shutdown_halt(self) -> None:
+        """Halt, latch the ``shutdown`` cause and record it (event + a last snapshot), once."""
+        self._halt()
+        if self._shut_down:
+            return
+        self._shut_down = True
+        with self.lock:
+            self.supervisor.request_shutdown(time.monotonic())
+            self._set_setpoint((0.0, 0.0), None)
+            self._end_behavior(time.monotonic(), "server shutdown")
+            self.controller.reset()
+            self.seq += 1
+            self._make_record()
+            self._drain_events()
 
     def shutdown(self, timeout_s: float = 2.0) -> None:
         """Halt the robot first, then stop the thread (blocks up to ``timeout_s`` for the join)."""
-        self._halt()
+        self._shutdown_halt()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -460,6 +476,18 @@ class ControlLoop:
                 self.controller.reset()
                 self._outputs_zero_event(time.monotonic())
         return self._request(go)
+
+    def note_estop_reason(self, reason: str) -> None:
+        """Add the operator's reason to the e-stop latched a moment ago (it latches before the body is read)."""
+        def go() -> None:
+            cause = self.supervisor.cause
+            if cause is not None and cause.trigger == "operator_estop" and "reason" not in cause.values:
+                cause.values = {**cause.values, "reason": reason}
+                cause.message = f"{cause.message}: {reason}"
+            st = self.supervisor.state.value
+            self.supervisor.events.append(Event(time.monotonic(), "estop_reason", f"e-stop reason: {reason}",
+                                                st, st, kind="info", values={"reason": reason}))
+        self._request(go)
 
     def reset(self) -> str:
         return self._request(lambda: self.supervisor.request_reset(time.monotonic()))

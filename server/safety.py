@@ -267,6 +267,15 @@ class Supervisor:
             return
         self._latch(now, Trigger.OPERATOR, msg, self.cfg.operator_estop_category)
 
+    def request_shutdown(self, now: float) -> None:
+        """The server is going down: latch (category 0) so the last snapshot says so, and log it."""
+        msg = "server shutting down: robot halted"
+        if self.state in (State.ESTOP, State.FAULT):
+            self.events.append(Event(now, Trigger.SHUTDOWN.value, msg, self.state.value, self.state.value))
+            return
+        self.cause = Cause(Trigger.SHUTDOWN.value, msg, now, 0)
+        self._transition(now, State.ESTOP, Trigger.SHUTDOWN.value, msg)
+
     def request_reset(self, now: float) -> None:
         if self.state not in (State.ESTOP, State.FAULT):
             if self.state is State.IDLE:
