@@ -176,6 +176,88 @@ def bench_telemetry(n: int, seconds: float) -> None:
         srv.stop()
 
 
+# ---------------------------------------------------------------------- a flooding client (own process)
+def _flood_proc(url: str, seconds: float, out: mp.Queue, rate: float = 10000.0) -> None:
+    """One hostile client sending speed commands at ``rate`` msg/s (the issue's 10k/s flood); it
+    drains what the server sends (so it notices a 1008 close at once) and reconnects when closed."""
+    async def main() -> tuple[int, int]:
+        sent = reconnects = 0
+        stop_t = time.time() + seconds
+        msg = '{"type": "speed", "linear": 0.1, "angular": 0.0}'
+        batch = 100
+
+        async def drain(ws) -> None:
+            async for _ in ws:
+                pass
+
+        async with aiohttp.ClientSession() as session:
+            while time.time() < stop_t:
+                try:
+                    async with session.ws_connect(url + "/ws/telemetry") as ws:
+                        reader = asyncio.create_task(drain(ws))
+                        next_t = time.monotonic()
+                        while time.time() < stop_t and not ws.closed and not reader.done():
+                            for _ in range(batch):
+                                await ws.send_str(msg)
+                            sent += batch
+                            next_t += batch / rate
+                            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+                        reader.cancel()
+                except (aiohttp.ClientError, ConnectionError, RuntimeError):
+                    pass
+                reconnects += 1
+        return sent, reconnects
+
+    out.put(asyncio.run(main()))
+
+
+def bench_flood(rate_hz: float, seconds: float, flood: bool, limit: bool = True) -> None:
+    """HTTP e-stop → outputs zero, and loop deadlines met, while another client floods the websocket."""
+    over = {"loop": {"rate_hz": rate_hz}, "safety": {"command_timeout_s": 60.0}}
+    if not limit:
+        over["telemetry"] = {"command_rate_hz": 1e5, "command_burst": 1000000}
+    srv = start_server(over)
+    lat, rtt = [], []
+    auto_stops: dict[str, int] = {}
+    try:
+        if flood:
+            q: mp.Queue = mp.Queue()
+            p = mp.Process(target=_flood_proc, args=(srv.url, seconds + 5, q), daemon=True)
+            p.start()
+            time.sleep(1.0)
+        before = loop_stats(srv)
+        stop_t = time.monotonic() + seconds
+        while time.monotonic() < stop_t:
+            wait_until(lambda: srv.post("/api/reset", timeout_s=30)[0] == 200, 30, "reset")
+            srv.post("/api/start", timeout_s=30)
+            srv.post("/api/speed", {"linear": 0.1, "angular": 0.0}, timeout_s=30)
+            time.sleep(0.2)
+            s = srv.state()
+            if s["state"] != "running":  # an automatic stop came first (a stall under load): count it
+                trigger = (s["cause"] or {}).get("trigger", s["state"])
+                auto_stops[trigger] = auto_stops.get(trigger, 0) + 1
+                continue
+            t0 = time.monotonic()
+            status, _ = srv.post("/api/estop", timeout_s=30)
+            rtt.append(time.monotonic() - t0)
+            ev = wait_until(lambda: [e for e in srv.get("/api/events?limit=20", timeout_s=30)[1]["events"]
+                                     if e["trigger"] == "outputs_zero" and e["t"] >= t0], 30, "outputs zero")
+            lat.append(ev[-1]["t"] - t0)
+        after = loop_stats(srv)
+        ticks = after["ticks"] - before["ticks"]
+        missed = after["missed"] - before["missed"]
+        label = ("flood, limit on " if limit else "flood, limit off") if flood else "no flood        "
+        extra = ""
+        if flood:
+            sent, reconnects = q.get(timeout=seconds + 30)
+            extra = f"; flooder sent {sent / (seconds + 5):.0f} msg/s over {reconnects} connection(s)"
+        print(f"  {rate_hz:.0f} Hz, {label}: HTTP e-stop → outputs zero {summary_ms(lat)}; e-stop reply {summary_ms(rtt)};"
+              f" deadlines met {100.0 * ticks / max(1, ticks + missed):.3f} % ({missed} missed){extra}"
+              + (f"; automatic stops meanwhile: {auto_stops}" if auto_stops else ""))
+    finally:
+        srv.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="shorter runs")
@@ -188,6 +270,9 @@ def main() -> None:
             bench_loop(rate, clients, secs)
     bench_loop(1000, 0, secs, video=True)
     bench_loop(1000, 50, secs, video=True)
+    print("== e-stop while another client floods the websocket (issue 8 item 3; before: 2,954 ms, 77.5 % at 100 Hz)")
+    for flood, limit in ((False, True), (True, True), (True, False)):
+        bench_flood(100, secs, flood, limit)
     print("== stop latency")
     for rate in (100, 1000):
         bench_link_loss(trials, rate)

@@ -38,6 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="TOML profile (default: %(default)s)")
     p.add_argument("--host", help="address to listen on (overrides server.host; default 127.0.0.1)")
     p.add_argument("--port", type=int, help="TCP port (overrides server.port; 0 = any free port)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config key, e.g. --set safety.command_timeout_s=2 (VALUE is TOML; "
+                        "repeatable)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="logging level (default: %(default)s)")
     return p.parse_args(argv)
@@ -69,11 +72,39 @@ async def serve(cfg: dict, host: str, port: int) -> None:
         await runner.cleanup()
 
 
+def parse_overrides(items: list[str]) -> dict:
+    """``["safety.command_timeout_s=2", 'robot.name="Bob"']`` → nested tables; VALUE is TOML, and a
+    bare word that is not TOML is taken as a string.
+
+    >>> parse_overrides(["safety.command_timeout_s=2", "robot.name=Bob"])
+    {'safety': {'command_timeout_s': 2}, 'robot': {'name': 'Bob'}}
+    """
+    import tomllib
+
+    out: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. safety.command_timeout_s=2")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        *tables, leaf = key.strip().split(".")
+        node = out
+        for t in tables:
+            node = node.setdefault(t, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: '{t}' is both a value and a table")
+        node[leaf] = value
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(args.config, overrides=parse_overrides(args.set))
     except ConfigError as err:
         print(f"teleop: configuration error: {err}", file=sys.stderr)
         return 2

@@ -28,7 +28,7 @@ from server.errors import ApiError, MalformedError, ValidationError, error_middl
 from server.estimation import EstimationStage, build_estimation
 from server.navigation import setup_navigation
 from server.robot_svg import rover_svg
-from server.ratelimit import TokenBucket
+from server.ratelimit import BucketRegistry
 from server.safety import SafetyConfig, Supervisor
 from server.telemetry import Client, TelemetryHub, dumps
 from server.video import VideoService, camera_factory, setup_video
@@ -45,6 +45,7 @@ LIMITS = web.AppKey("limits", Limits)
 DRIVER = web.AppKey("driver", Driver)
 JINJA = web.AppKey("jinja", jinja2.Environment)
 ESTIMATION = web.AppKey("estimation", EstimationStage)  # present when the driver has an IMU
+BUCKETS = web.AppKey("command_buckets", BucketRegistry)
 
 
 def build_driver(cfg: dict[str, Any]) -> Driver:
@@ -241,7 +242,7 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
     writer = client.task = asyncio.create_task(client.writer(), name=f"ws-writer-{client.peer}")
     loop = app[LOOP]
     limits = app[LIMITS]
-    bucket = TokenBucket(tcfg["command_rate_hz"], tcfg["command_burst"])
+    bucket = app[BUCKETS].get(request.remote or "?")  # per address: reconnecting buys no fresh burst
     client.bucket = bucket
     last_refusal_reply = -math.inf
     try:
@@ -420,6 +421,7 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
             loop.derived_sources[rule.channel] = tuple(sorted(stage.sources([rule.channel])))
     app[HUB] = TelemetryHub(loop.snapshot, cfg["telemetry"]["rate_hz"], cfg["telemetry"]["max_clients"],
                             cfg["server"]["writer_stall_s"])
+    app[BUCKETS] = BucketRegistry(cfg["telemetry"]["command_rate_hz"], cfg["telemetry"]["command_burst"])
     app[JINJA] = jinja2.Environment(loader=jinja2.FileSystemLoader(str(WEB_DIR / "templates")),
                                     autoescape=True)
     app.cleanup_ctx.append(robot_ctx)

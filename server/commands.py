@@ -56,8 +56,8 @@ def estop_reason(raw: bytes | str) -> tuple[str, str | None]:
     return reason, warning
 
 
-def parse_speed(body: dict[str, Any], limits: Limits) -> tuple[float, float, float | None]:
-    reject_unknown(body, {"linear", "angular", "ttl_s"} | ENVELOPE)
+def parse_speed(body: dict[str, Any], limits: Limits, envelope: set[str] = ENVELOPE) -> tuple[float, float, float | None]:
+    reject_unknown(body, {"linear", "angular", "ttl_s"} | envelope)
     linear = number(body, "linear", -limits.linear_m_s, limits.linear_m_s)
     angular = number(body, "angular", -limits.angular_rad_s, limits.angular_rad_s)
     ttl = number(body, "ttl_s", 0.001, limits.ttl_max_s, required=False)
@@ -67,11 +67,12 @@ def parse_speed(body: dict[str, Any], limits: Limits) -> tuple[float, float, flo
 def execute(loop: ControlLoop, limits: Limits, name: str, body: dict[str, Any], source: str = "http") -> str:
     """Run one command; returns the state after. Raises ValidationError / ConflictError.
     ``source`` ("http", "websocket") is shown with the setpoint it sets."""
+    envelope = ENVELOPE if source == "websocket" else set()  # HTTP bodies have no type/id
     try:
         if name == "speed":
-            linear, angular, ttl = parse_speed(body, limits)
+            linear, angular, ttl = parse_speed(body, limits, envelope)
             return loop.set_speed(linear, angular, ttl, source)
-        reject_unknown(body, ENVELOPE)
+        reject_unknown(body, envelope)
         if name == "start":
             return loop.start_robot()
         if name == "stop":

@@ -270,8 +270,10 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> dict[
         raw = _merge(raw, overrides)
     cfg = _validate(raw, SCHEMA, "", where)
     _check_rules(cfg, where)
-    if cfg["loop"]["max_stall_s"] is None:  # default: five periods
-        cfg["loop"]["max_stall_s"] = 5.0 / cfg["loop"]["rate_hz"]
+    if cfg["loop"]["max_stall_s"] is None:
+        # five periods, but never under 0.1 s: a VM without PREEMPT_RT shows single ticks several
+        # milliseconds late under load (notes/performance.md), which must not e-stop a healthy robot
+        cfg["loop"]["max_stall_s"] = max(5.0 / cfg["loop"]["rate_hz"], 0.1)
     cfg["uwb"]["anchors"] = [[float(c) for c in p] for p in cfg["uwb"]["anchors"]]
     cfg["estimation"]["uwb_range_correction"] = [float(c) for c in cfg["estimation"]["uwb_range_correction"]]
     cfg["driver"].setdefault("name", "sim")

@@ -66,3 +66,31 @@ class TokenBucket:
     def flooding(self) -> bool:
         """The client has kept sending a whole burst beyond its allowance: close it."""
         return self.debt > self.burst
+
+
+class BucketRegistry:
+    """One :class:`TokenBucket` per client address, shared by all its connections: reconnecting
+    does not buy a fresh burst. Buckets idle for ``idle_s`` and out of debt are forgotten.
+
+    >>> t = [0.0]
+    >>> reg = BucketRegistry(rate_hz=10.0, burst=1, clock=lambda: t[0])
+    >>> reg.get("10.0.0.1").take(), reg.get("10.0.0.1").take(), reg.get("10.0.0.2").take()
+    (True, False, True)
+    """
+
+    def __init__(self, rate_hz: float, burst: int, idle_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate_hz, self.burst, self.idle_s, self.clock = rate_hz, burst, idle_s, clock
+        self._buckets: dict[str, tuple[TokenBucket, list[float]]] = {}
+
+    def get(self, key: str) -> TokenBucket:
+        now = self.clock()
+        if len(self._buckets) > 64:  # prune lazily: bounded by the connection cap anyway
+            for k, (b, used) in list(self._buckets.items()):
+                if now - used[0] > self.idle_s and b.debt == 0:
+                    del self._buckets[k]
+        entry = self._buckets.get(key)
+        if entry is None:
+            entry = self._buckets[key] = (TokenBucket(self.rate_hz, self.burst, self.clock), [now])
+        entry[1][0] = now
+        return entry[0]
