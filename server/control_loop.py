@@ -152,7 +152,9 @@ class ControlLoop:
         event_log_size: int = 500,
         on_event: Callable[[Event], None] | None = None,
         publish_every: int = 2,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.clock = clock  # monotonic seconds; injected by tests that drive ticks by hand
         self.driver = driver
         self.supervisor = supervisor
         self.controller = controller
@@ -200,9 +202,9 @@ class ControlLoop:
             return
         self._shut_down = True
         with self.lock:
-            self.supervisor.request_shutdown(time.monotonic())
+            self.supervisor.request_shutdown(self.clock())
             self._set_setpoint((0.0, 0.0), None)
-            self._end_behavior(time.monotonic(), "server shutdown")
+            self._end_behavior(self.clock(), "server shutdown")
             self.controller.reset()
             self.seq += 1
             self._make_record()
@@ -232,7 +234,7 @@ class ControlLoop:
         self.stats.realtime = try_realtime() if self.want_realtime else "normal (realtime disabled in config)"
         log.info("control loop at %.0f Hz, %s", 1.0 / self.period_s, self.stats.realtime)
         period = self.period_s
-        clock = time.monotonic
+        clock = self.clock
         next_t = clock() + period
         last_t = clock() - period
         self.stats.started_t = clock()
@@ -356,7 +358,7 @@ class ControlLoop:
         cause = sup.cause
         linear, angular = self.setpoint
         last_command_t = sup.last_command_t
-        now = time.monotonic()
+        now = self.clock()
         stale = sup.stale_channels(now) if self._values is not None else []
         self._record = {
             "seq": self.seq,
@@ -395,7 +397,7 @@ class ControlLoop:
     def start_behavior(self, behavior: Behavior) -> str:
         """Hand the setpoint to ``behavior`` (409 unless running). Replaces any active one."""
         def go() -> None:
-            now = time.monotonic()
+            now = self.clock()
             sup = self.supervisor
             if sup.state is not State.RUNNING:
                 raise Refused(*sup.not_running_reason())
@@ -407,7 +409,7 @@ class ControlLoop:
         return self._request(go)
 
     def cancel_behavior(self, reason: str = "cancelled by the operator") -> str:
-        return self._request(lambda: self._end_behavior(time.monotonic(), reason))
+        return self._request(lambda: self._end_behavior(self.clock(), reason))
 
     def _outputs_zero_event(self, tick_t: float) -> None:
         """Log when the outputs reached zero after a stop trigger (the stop latency, server side).
@@ -417,7 +419,7 @@ class ControlLoop:
         cause = self.supervisor.cause
         if cause is None:
             return
-        now = time.monotonic()
+        now = self.clock()
         self.supervisor.events.append(Event(
             now, "outputs_zero", f"outputs cut {now - cause.t:.4f} s after {cause.trigger}",
             self.supervisor.state.value, self.supervisor.state.value, kind="info",
@@ -430,7 +432,7 @@ class ControlLoop:
         if not sup.events:
             return
         for ev in sup.events:
-            ev.wall_t = time.time() - (time.monotonic() - ev.t)
+            ev.wall_t = time.time() - (self.clock() - ev.t)
             self.events.append(ev)
             (log.warning if ev.kind == "safety" else log.info)(
                 "%s: %s (%s → %s)", ev.trigger, ev.message, ev.state_before, ev.state_after)
@@ -454,27 +456,27 @@ class ControlLoop:
 
     def start_robot(self) -> str:
         def go() -> None:
-            self.supervisor.request_start(time.monotonic())
+            self.supervisor.request_start(self.clock())
             self._set_setpoint((0.0, 0.0), None)
         return self._request(go)
 
     def stop_robot(self) -> str:
         def go() -> None:
-            now = time.monotonic()
+            now = self.clock()
             self._end_behavior(now, "stop requested")
             self.supervisor.request_stop(now)
         return self._request(go)
 
     def estop(self, reason: str = "") -> str:
         def go() -> None:
-            self.supervisor.request_estop(time.monotonic(), reason)
-            self._end_behavior(time.monotonic(), "e-stop")
+            self.supervisor.request_estop(self.clock(), reason)
+            self._end_behavior(self.clock(), "e-stop")
             self._set_setpoint((0.0, 0.0), None)
             if self.supervisor.output_mode() == "cut" and self._cut_for is not self.supervisor.cause:
                 self._halt()  # do not wait for the next tick
                 self._cut_for = self.supervisor.cause
                 self.controller.reset()
-                self._outputs_zero_event(time.monotonic())
+                self._outputs_zero_event(self.clock())
         return self._request(go)
 
     def note_estop_reason(self, reason: str) -> None:
@@ -485,19 +487,19 @@ class ControlLoop:
                 cause.values = {**cause.values, "reason": reason}
                 cause.message = f"{cause.message}: {reason}"
             st = self.supervisor.state.value
-            self.supervisor.events.append(Event(time.monotonic(), "estop_reason", f"e-stop reason: {reason}",
+            self.supervisor.events.append(Event(self.clock(), "estop_reason", f"e-stop reason: {reason}",
                                                 st, st, kind="info", values={"reason": reason}))
         self._request(go)
 
     def reset(self) -> str:
-        return self._request(lambda: self.supervisor.request_reset(time.monotonic()))
+        return self._request(lambda: self.supervisor.request_reset(self.clock()))
 
     def heartbeat(self) -> str:
-        return self._request(lambda: self.supervisor.touch(time.monotonic()))
+        return self._request(lambda: self.supervisor.touch(self.clock()))
 
     def set_speed(self, linear: float, angular: float, ttl_s: float | None = None, source: str = "http") -> str:
         def go() -> None:
-            now = time.monotonic()
+            now = self.clock()
             self.supervisor.check_speed(now, linear, angular)
             self._end_behavior(now, "operator took over")
             self.supervisor.touch(now)
