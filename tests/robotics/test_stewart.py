@@ -284,16 +284,21 @@ def test_forward_of_inverse_returns_the_pose_from_home(pos, euler):
 
 
 def test_forward_warm_started_follows_a_path_the_cold_start_cannot_reach():
-    # a long yaw sweep (forward ignores the stroke): warm-started from the last pose Newton stays on the
-    # machine's assembly; from home it lands on another assembly with the same six lengths
+    # a straight path from home to a far pose (forward ignores the stroke), well conditioned all the way
+    # (cond(J) <= 11): warm-started from the last pose Newton stays on the machine's assembly; started
+    # from home it lands on another assembly with the same six lengths
+    home = np.concatenate(REF.home)
+    far = np.array([0.349, -0.09, 0.29, 0.754, 0.789, -1.265])
     guess = REF.home
-    for yaw in np.linspace(0.0, 2.5, 100):
-        pose = ((0.03, 0.0, 0.5), (0.0, 0.1, yaw))
-        guess = REF.forward(REF.leg_lengths(*pose), guess=guess)
-        assert np.allclose(guess[0], pose[0], atol=1e-9) and np.allclose(guess[1], pose[1], atol=1e-9)
-    cold = REF.forward(REF.leg_lengths(*pose))
-    assert not np.allclose(cold[1], pose[1], atol=1e-3)
-    assert np.allclose(REF.leg_lengths(*cold), REF.leg_lengths(*pose), atol=1e-9)
+    for s in np.linspace(0.0, 1.0, 80):
+        x = home + s * (far - home)
+        assert np.linalg.cond(REF.jacobian(x[:3], x[3:])) < 11
+        guess = REF.forward(REF.leg_lengths(x[:3], x[3:]), guess=guess)
+        assert np.allclose(np.concatenate(guess), x, atol=1e-9)
+    lengths = REF.leg_lengths(far[:3], far[3:])
+    cold = REF.forward(lengths)
+    assert not np.allclose(np.concatenate(cold), far, atol=1e-3)
+    assert np.allclose(REF.leg_lengths(*cold), lengths, atol=1e-9)
 
 
 def test_forward_returns_the_assembly_nearest_the_guess():
