@@ -19,6 +19,7 @@ from aiohttp import web
 from drivers.errors import DriverError
 from server.app import LOOP, create_app
 from server.config import DEFAULT_CONFIG, ConfigError, load_config
+from server.connections import ConnectionGuard
 
 log = logging.getLogger("teleop")
 
@@ -44,8 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def serve(cfg: dict, host: str, port: int) -> None:
     app = create_app(cfg)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    scfg = cfg["server"]
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=scfg["request_timeout_s"])
     await runner.setup()  # opens the driver and starts the control loop
+    guard = ConnectionGuard(scfg["max_connections"], scfg["request_timeout_s"])
+    guard.install(runner.server)
+    guard.start()
     stop = asyncio.Event()
     aio = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -60,6 +65,7 @@ async def serve(cfg: dict, host: str, port: int) -> None:
         log.info("shutting down: halting the robot first")
         await app[LOOP].shutdown_async()
     finally:
+        await guard.stop()
         await runner.cleanup()
 
 

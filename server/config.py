@@ -106,6 +106,8 @@ SCHEMA: dict[str, Any] = {
         "realtime": F((bool,), True),
         "spin_us": F(NUM, 200.0, rng(0.0, 2000.0)),
         "max_consecutive_overruns": F((int,), 10, rng(1, 100000)),
+        # one tick later than this is a trigger of its own (a frozen process counts one overrun)
+        "max_stall_s": F(NUM, None, rng(0.0, 60.0, lo_open=True)),
     },
     "limits": {
         "linear_m_s": F(NUM, 0.5, rng(0.0, 20.0, lo_open=True)),
@@ -129,11 +131,19 @@ SCHEMA: dict[str, Any] = {
         "max_clients": F((int,), 100, rng(1, 10000)),
         "event_log_size": F((int,), 500, rng(10, 100000)),
         "send_buffer_bytes": F((int,), 32768, rng(4096, 16 * 1024 * 1024)),
+        # per websocket client: commands a second and the burst saved up (the e-stop is exempt)
+        "command_rate_hz": F(NUM, 100.0, rng(1.0, 100000.0)),
+        "command_burst": F((int,), 200, rng(1, 1000000)),
     },
     "server": {
         "host": F((str,), "127.0.0.1"),
         "port": F((int,), 8080, rng(0, 65535)),
         "state_dir": F((str,), "state"),
+        "max_connections": F((int,), 256, rng(1, 100000)),  # beyond this, new connections are closed at once
+        "request_timeout_s": F(NUM, 15.0, rng(0.1, 3600.0)),  # a connection with no complete request this long closes
+        "body_timeout_s": F(NUM, 5.0, rng(0.1, 3600.0)),  # a request body must arrive within this
+        # a websocket/MJPEG client whose writer cannot make progress (it does not read or ack) this long is closed
+        "writer_stall_s": F(NUM, 10.0, rng(0.1, 3600.0)),
     },
     "debug": {
         "routes": F((bool,), False),
@@ -260,6 +270,8 @@ def load_config(path: str | Path | None, overrides: dict | None = None) -> dict[
         raw = _merge(raw, overrides)
     cfg = _validate(raw, SCHEMA, "", where)
     _check_rules(cfg, where)
+    if cfg["loop"]["max_stall_s"] is None:  # default: five periods
+        cfg["loop"]["max_stall_s"] = 5.0 / cfg["loop"]["rate_hz"]
     cfg["uwb"]["anchors"] = [[float(c) for c in p] for p in cfg["uwb"]["anchors"]]
     cfg["estimation"]["uwb_range_correction"] = [float(c) for c in cfg["estimation"]["uwb_range_correction"]]
     cfg["driver"].setdefault("name", "sim")

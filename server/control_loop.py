@@ -28,7 +28,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from drivers.base import Driver
+from drivers.base import Driver, DriverState
 from drivers.errors import DriverError
 from server.controller import RoverController
 from server.safety import Event, Inputs, Refused, State, Supervisor
@@ -169,11 +169,17 @@ class ControlLoop:
         self.behavior: Behavior | None = None
         self.setpoint = (0.0, 0.0)
         self.seq = 0
-        self._tick_state: tuple[int, float, dict[str, float], dict[str, Any]] | None = None
+        self.setpoint_source: str | None = None  # "http", "websocket" or a behaviour's name
+        self.derived_sources: dict[str, tuple[str, ...]] = {}  # rule channels made by stages → their inputs
+        self._values: dict[str, float] | None = None
+        self._truth: dict[str, Any] = {}
+        self._record: dict[str, Any] | None = None
         self.halt_count = 0
         self._cut_for: object | None = None  # the stop cause whose halt() was done
+        self._activated_for = 0  # the supervisor's start count the driver was activated for
         self._last_frame_host_t = -math.inf
         self._stop = threading.Event()
+        self._shut_down = False
         self._thread: threading.Thread | None = None
         self._consecutive_late = 0
 
@@ -184,12 +190,27 @@ class ControlLoop:
 
     async def shutdown_async(self, timeout_s: float = 2.0) -> None:
         """:meth:`shutdown` for coroutines: the halt happens at once, the thread join off the event loop."""
-        self._halt()
+        self._shutdown_halt()
         await asyncio.to_thread(self.shutdown, timeout_s)
+
+    def _shutdown_halt(self) -> None:
+        """Halt, latch the ``shutdown`` cause and record it (event + a last snapshot), once."""
+        self._halt()
+        if self._shut_down:
+            return
+        self._shut_down = True
+        with self.lock:
+            self.supervisor.request_shutdown(time.monotonic())
+            self._set_setpoint((0.0, 0.0), None)
+            self._end_behavior(time.monotonic(), "server shutdown")
+            self.controller.reset()
+            self.seq += 1
+            self._make_record()
+            self._drain_events()
 
     def shutdown(self, timeout_s: float = 2.0) -> None:
         """Halt the robot first, then stop the thread (blocks up to ``timeout_s`` for the join)."""
-        self._halt()
+        self._shutdown_halt()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -233,7 +254,7 @@ class ControlLoop:
             dt = now - last_t
             last_t = now
             try:
-                self._tick(now, dt, overrun)
+                self._tick(now, dt, overrun, late)
             except Exception:  # a bug in the tick must not leave the robot moving
                 log.exception("control tick failed; halting")
                 self._halt()
@@ -243,16 +264,18 @@ class ControlLoop:
             self.stats.record(late, clock() - now)
             next_t += period
 
-    def _tick(self, now: float, dt: float, overrun: bool) -> None:
+    def _tick(self, now: float, dt: float, overrun: bool, late: float = 0.0) -> None:
         with self.lock:
             sup = self.supervisor
             values = None
             err = None
             truth: dict[str, Any] = {}
+            sample_t: dict[str, float] | None = None
             try:
                 frame = self.driver.read(dt)
                 values = frame.values
                 truth = frame.truth
+                sample_t = frame.sample_t
                 self._last_frame_host_t = now
             except DriverError as e:
                 err = f"{type(e).__name__}: {e}"
@@ -261,11 +284,13 @@ class ControlLoop:
             if values is not None:
                 for stage in self.stages:
                     stage.process(values, dt, now)
+                for derived, sources in self.derived_sources.items():  # a derived value is as old as its oldest input
+                    sample_t[derived] = min((sample_t.get(c, -math.inf) for c in sources), default=now)
             measured = values.get("linear_m_s", 0.0) if values else 0.0
             ctrl = self.controller
             lin = ctrl.linear if abs(ctrl.linear) >= abs(measured) else measured
             was = sup.state
-            sup.evaluate(Inputs(now, values, err, self._last_frame_host_t, overrun, lin,
+            sup.evaluate(Inputs(now, values, err, self._last_frame_host_t, overrun, late, sample_t, lin,
                                 ctrl.angular, ctrl.stopped))
             mode = sup.output_mode()
             if sup.state is not was and sup.state is State.RUNNING:
@@ -276,9 +301,9 @@ class ControlLoop:
                     if sp is None:
                         self._end_behavior(now, "finished", cancel=False)
                     else:
-                        self.setpoint = sp
+                        self._set_setpoint(sp, self.behavior.name)
                 elif sup.state is not State.RUNNING:
-                    self._end_behavior(now, f"cancelled: robot {sup.state.value}")
+                    self._end_behavior(now, f"robot {sup.state.value}")
             lin_sp, ang_sp = self.setpoint if mode == "track" else (0.0, 0.0)
             command = ctrl.update(dt, mode, lin_sp, ang_sp)
             if mode == "ramp" and ctrl.stopped and sup.state is State.ESTOP:
@@ -288,23 +313,68 @@ class ControlLoop:
                     self._halt()
                     self._cut_for = sup.cause
                     self._outputs_zero_event(now)
+            elif mode == "idle":
+                self._cut_for = None
+                if self.driver.state is DriverState.ACTIVE:
+                    self.driver.deactivate()  # a controlled stop came to rest: outputs off
             else:
                 self._cut_for = None
-                if values is not None:
-                    try:
+                try:
+                    if mode == "track" and self._activated_for != sup.starts:
+                        self.driver.activate()  # once per start, under the lock: a halt always wins after it
+                        self._activated_for = sup.starts
+                    if values is not None:
                         self.driver.write(command)
-                    except DriverError as e:
-                        self._halt()
-                        sup.evaluate(Inputs(now, None, f"write failed: {e}"))
+                except DriverError as e:
+                    self._halt()
+                    sup.evaluate(Inputs(now, None, f"write failed: {e}"))
             if sup.state is not State.RUNNING:
-                self.setpoint = (0.0, 0.0)
+                self._set_setpoint((0.0, 0.0), None)
             self.seq += 1
-            # one tuple per tick, swapped whole (atomic for readers on other threads); the JSON-shaped
-            # snapshot is built by snapshot() at the telemetry rate, off this thread
-            self._tick_state = (self.seq, time.time(), values if values is not None else sup.last_values, truth)
+            if values is not None:
+                self._values, self._truth = values, truth
+            publish = self.seq % self.publish_every == 0 or self._record is None
+            if publish:
+                self._make_record()
             self._drain_events()
-        if self.on_publish is not None and self.seq % self.publish_every == 0:
+        if publish and self.on_publish is not None:
             self.on_publish()
+
+    def _set_setpoint(self, setpoint: tuple[float, float], source: str | None) -> None:
+        self.setpoint = setpoint
+        self.setpoint_source = source if setpoint != (0.0, 0.0) else None
+
+    def _make_record(self) -> None:
+        """Build the snapshot from this moment's state, under the lock, as one new dict.
+
+        Called on publish ticks and after every operator request, so a snapshot never mixes two
+        ticks (state, cause, setpoint and values all come from the same moment) and a reply to a
+        request is never contradicted by an older snapshot. Readers on other threads only swap in
+        the reference; the dict is never mutated after it is stored.
+        """
+        sup = self.supervisor
+        cause = sup.cause
+        linear, angular = self.setpoint
+        last_command_t = sup.last_command_t
+        now = time.monotonic()
+        stale = sup.stale_channels(now) if self._values is not None else []
+        self._record = {
+            "seq": self.seq,
+            "t": time.time(),
+            "state": sup.state.value,
+            "cause": cause.to_json() if cause else None,
+            "setpoint": {"linear": linear, "angular": angular, "source": self.setpoint_source},
+            "command": {"linear": self.controller.linear, "angular": self.controller.angular},
+            "values": self._values if self._values is not None else sup.last_values,
+            "truth": self._truth,
+            "stale": [ch for ch, _ in stale],
+            "behavior": _behavior_status(self.behavior),
+            "link": {
+                "age_s": round(now - last_command_t, 4) if math.isfinite(last_command_t) else None,
+                "timeout_s": sup.cfg.command_timeout_s,
+            },
+            **{stage.name: stage.status() for stage in self.stages if callable(getattr(stage, "status", None))},
+        }
 
     def _end_behavior(self, now: float, how: str, cancel: bool = True) -> None:
         """Stop the active behavior and zero the setpoint (called under the lock)."""
@@ -312,7 +382,7 @@ class ControlLoop:
         if b is None:
             return
         self.behavior = None
-        self.setpoint = (0.0, 0.0)
+        self._set_setpoint((0.0, 0.0), None)
         if cancel:
             b.cancel(how)
         status = _behavior_status(b) or {}
@@ -328,7 +398,7 @@ class ControlLoop:
             now = time.monotonic()
             sup = self.supervisor
             if sup.state is not State.RUNNING:
-                raise Refused("not_running", f"robot is {sup.state.value}; start it first")
+                raise Refused(*sup.not_running_reason())
             self._end_behavior(now, "replaced")
             sup.touch(now)
             self.behavior = behavior
@@ -377,13 +447,15 @@ class ControlLoop:
             try:
                 fn()
             finally:
+                if self.seq:
+                    self._make_record()
                 self._drain_events()
             return self.supervisor.state.value
 
     def start_robot(self) -> str:
         def go() -> None:
             self.supervisor.request_start(time.monotonic())
-            self.setpoint = (0.0, 0.0)
+            self._set_setpoint((0.0, 0.0), None)
         return self._request(go)
 
     def stop_robot(self) -> str:
@@ -397,7 +469,7 @@ class ControlLoop:
         def go() -> None:
             self.supervisor.request_estop(time.monotonic(), reason)
             self._end_behavior(time.monotonic(), "e-stop")
-            self.setpoint = (0.0, 0.0)
+            self._set_setpoint((0.0, 0.0), None)
             if self.supervisor.output_mode() == "cut" and self._cut_for is not self.supervisor.cause:
                 self._halt()  # do not wait for the next tick
                 self._cut_for = self.supervisor.cause
@@ -405,20 +477,32 @@ class ControlLoop:
                 self._outputs_zero_event(time.monotonic())
         return self._request(go)
 
+    def note_estop_reason(self, reason: str) -> None:
+        """Add the operator's reason to the e-stop latched a moment ago (it latches before the body is read)."""
+        def go() -> None:
+            cause = self.supervisor.cause
+            if cause is not None and cause.trigger == "operator_estop" and "reason" not in cause.values:
+                cause.values = {**cause.values, "reason": reason}
+                cause.message = f"{cause.message}: {reason}"
+            st = self.supervisor.state.value
+            self.supervisor.events.append(Event(time.monotonic(), "estop_reason", f"e-stop reason: {reason}",
+                                                st, st, kind="info", values={"reason": reason}))
+        self._request(go)
+
     def reset(self) -> str:
         return self._request(lambda: self.supervisor.request_reset(time.monotonic()))
 
     def heartbeat(self) -> str:
         return self._request(lambda: self.supervisor.touch(time.monotonic()))
 
-    def set_speed(self, linear: float, angular: float, ttl_s: float | None = None) -> str:
+    def set_speed(self, linear: float, angular: float, ttl_s: float | None = None, source: str = "http") -> str:
         def go() -> None:
             now = time.monotonic()
             self.supervisor.check_speed(now, linear, angular)
             self._end_behavior(now, "operator took over")
             self.supervisor.touch(now)
             self.supervisor.set_ttl(now, ttl_s)
-            self.setpoint = (linear, angular)
+            self._set_setpoint((linear, angular), source)
         return self._request(go)
 
     def set_acquisition(self, rate_hz: float, channels: list[str]):
@@ -430,36 +514,13 @@ class ControlLoop:
             return self.driver.debug(command)
 
     def snapshot(self) -> dict[str, Any]:
-        """The state as JSON-ready data (``{}`` before the first tick). Called on the event loop.
+        """The latest record plus the loop's timing figures (``{}`` before the first publish).
 
-        Channel values and ground truth are those of the last tick; state, cause, setpoint,
-        command and behaviour are read live, so a reply to a request is never contradicted by
-        an older snapshot. NaN values stay NaN here; the serialiser writes them as null.
-        """
-        tick = self._tick_state
-        if tick is None:
+        NaN values stay NaN here; the serialiser writes them as null."""
+        record = self._record
+        if record is None:
             return {}
-        seq, wall_t, values, truth = tick
-        sup = self.supervisor
-        cause = sup.cause
-        linear, angular = self.setpoint
-        last_command_t = sup.last_command_t
-        return {
-            "seq": seq,
-            "t": wall_t,
-            "state": sup.state.value,
-            "cause": cause.to_json() if cause else None,
-            "setpoint": {"linear": linear, "angular": angular},
-            "command": {"linear": self.controller.linear, "angular": self.controller.angular},
-            "values": values,
-            "truth": truth,
-            "behavior": _behavior_status(self.behavior),
-            "link": {
-                "age_s": round(time.monotonic() - last_command_t, 4) if math.isfinite(last_command_t) else None,
-                "timeout_s": sup.cfg.command_timeout_s,
-            },
-            "loop": self.stats.to_json(),
-        }
+        return {**record, "loop": self.stats.to_json()}
 
 
 __all__ = ["ControlLoop", "LoopStats", "Refused", "try_realtime"]

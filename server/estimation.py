@@ -186,7 +186,7 @@ class EstimationStage:
                         crit_high=crit, plot=True, decimals=3),
         ]
         if self.has_mag:
-            specs.append(ChannelSpec("heading_deg", "deg", 0.0, 360.0, "dial", "Heading", decimals=1))
+            specs.append(ChannelSpec("heading_deg", "°", 0.0, 360.0, "dial", "Heading", decimals=1))
         specs += [
             ChannelSpec("est_x_m", "m", float(lo[0]), float(hi[0]), "digital", "Position x (fused)", decimals=3),
             ChannelSpec("est_y_m", "m", float(lo[1]), float(hi[1]), "digital", "Position y (fused)", decimals=3),
@@ -352,6 +352,22 @@ class EstimationStage:
     def outputs(self) -> tuple[str, ...]:
         """Names of the channels :meth:`process` writes."""
         return self._outputs
+
+    @property
+    def heading_calibrated(self) -> bool:
+        return self.mag_offset_ut is not None
+
+    def heading_warning(self) -> str | None:
+        """Why the compass heading may be off, or None (no magnetometer: no heading at all)."""
+        if not self.has_mag or self.heading_calibrated:
+            return None
+        return ("heading uncalibrated: hard and soft iron may put it ~10° off until a magnetometer "
+                "calibration runs (POST /api/calibration/magnetometer)")
+
+    def status(self) -> dict[str, Any]:
+        """For the snapshot's ``estimation`` field."""
+        return {"heading_calibrated": self.heading_calibrated if self.has_mag else None,
+                "warning": self.heading_warning()}
 
 
 def build_estimation(cfg: dict[str, Any], available: Iterable[str]) -> EstimationStage | None:

@@ -391,6 +391,21 @@ def read_state_file(path: Path) -> dict[str, Any] | None:
     return parse_state(obj)
 
 
+def clean_orphaned_temporaries(path: Path) -> list[Path]:
+    """Remove temporary files a killed writer left next to ``path`` (``<name>.*.tmp``); returns them.
+
+    A ``kill -9`` between ``mkstemp`` and ``os.replace`` leaves one behind; nothing else
+    ever removes it."""
+    removed = []
+    for tmp in path.parent.glob(path.name + ".*.tmp"):
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except OSError as err:
+            log.warning("cannot remove orphaned temporary file %s: %s", tmp, err)
+    return removed
+
+
 def write_state_file(path: Path, calibrations: dict[str, Any]) -> None:
     """Write atomically: a temporary file in the same directory, fsync, rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -433,6 +448,10 @@ class Navigation:
     # ---- start-up and shut-down
     async def ctx(self, app: web.Application):
         self._aio = asyncio.get_running_loop()
+        removed = await asyncio.to_thread(clean_orphaned_temporaries, self.path)
+        if removed:
+            log.info("removed %d orphaned temporary file(s) of %s: %s", len(removed), self.path,
+                     ", ".join(p.name for p in removed))
         try:
             loaded = await asyncio.to_thread(read_state_file, self.path)
         except ValueError as err:
@@ -573,7 +592,11 @@ async def post_heading(request: web.Request) -> web.Response:
     st = nav.require_stage("turning to a heading", need_mag=True)
     behavior = HeadingBehavior(st, target, nav.cfg["heading"], nav.max_rate, nav.brake)
     state = nav.start(behavior)
-    return _json({"ok": True, "state": state, "behavior": behavior.status()})
+    reply = {"ok": True, "state": state, "behavior": behavior.status()}
+    warning = st.heading_warning()
+    if warning:
+        reply["warning"] = warning
+    return _json(reply)
 
 
 async def post_mag_calibration(request: web.Request) -> web.Response:

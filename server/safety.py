@@ -39,6 +39,9 @@ class Trigger(str, enum.Enum):
     RULE = "rule"
     DRIVER_FAULT = "driver_fault"
     OVERRUN = "overruns"
+    STALL = "stall"
+    SENSOR_STALE = "sensor_stale"
+    SHUTDOWN = "shutdown"
 
 
 class Refused(Exception):
@@ -134,6 +137,7 @@ class SafetyConfig:
     overrun_category: int = 0
     sensor_stale_s: float = 0.5
     max_consecutive_overruns: int = 10
+    max_stall_s: float = 0.05
     rules: tuple[Rule, ...] = ()
 
     @classmethod
@@ -146,6 +150,7 @@ class SafetyConfig:
             overrun_category=s["overrun_category"],
             sensor_stale_s=s["sensor_stale_s"],
             max_consecutive_overruns=cfg["loop"]["max_consecutive_overruns"],
+            max_stall_s=cfg["loop"]["max_stall_s"],
             rules=tuple(Rule.from_config(r) for r in s["rules"]),
         )
 
@@ -159,9 +164,15 @@ class Inputs:
     read_error: str | None = None
     frame_t: float | None = None  # host time of the last good frame
     overrun: bool = False
+    late_s: float = 0.0  # how late this tick started after its deadline
+    sample_t: dict[str, float] | None = None  # host time each value was sampled (derived channels: oldest input)
     linear: float = 0.0  # motion measured or commanded, whichever is larger in magnitude
     angular: float = 0.0
     stopped: bool = True  # the ramped command has reached zero
+
+
+def _age_text(age_s: float) -> str:
+    return f"{age_s:.3g} s old" if math.isfinite(age_s) else "no sample yet"
 
 
 class Supervisor:
@@ -178,7 +189,12 @@ class Supervisor:
         self.driver_error: str | None = None
         self.last_values: dict[str, float] = {}
         self.last_frame_t = -math.inf
+        # host time of the newest finite sample of each rule channel: a held, missing or NaN value
+        # does not refresh it, so a channel that stops delivering goes stale (fail safe)
+        self.fresh_t: dict[str, float] = {}
+        self.rule_channels = tuple(dict.fromkeys(r.channel for r in config.rules))
         self.events: list[Event] = []  # drained by the control loop after each call
+        self.starts = 0  # counts accepted starts: the control loop activates the driver once per start
 
     # ------------------------------------------------------------------ helpers
     def _transition(self, now: float, new: State, trigger: str, message: str, kind: str = "safety",
@@ -225,6 +241,7 @@ class Supervisor:
             raise Refused("prestart_failed", "pre-start checks failed: " + "; ".join(failed), failed)
         self.touch(now)
         self.command_expiry_t = math.inf
+        self.starts += 1
         self._transition(now, State.RUNNING, "start", "started by the operator", kind="command")
 
     def prestart_failures(self, now: float) -> list[str]:
@@ -234,9 +251,8 @@ class Supervisor:
         age = now - self.last_frame_t
         if age > self.cfg.sensor_stale_s:
             failed.append(f"sensor data stale ({age:.3g} s old, limit {self.cfg.sensor_stale_s:g} s)")
-        missing = sorted({r.channel for r in self.cfg.rules} - set(self.last_values))
-        if missing and self.last_values:
-            failed.append(f"no data from rule channel(s): {', '.join(missing)}")
+        for channel, ch_age in self.stale_channels(now):
+            failed.append(f"rule channel {channel} is stale ({_age_text(ch_age)}, limit {self.cfg.sensor_stale_s:g} s)")
         for rule, v in self.active_rules(0.0, 0.0, state=State.RUNNING):
             failed.append(f"rule {rule.name} active: {rule.message} ({rule.channel}={v:.4g})")
         return failed
@@ -250,6 +266,15 @@ class Supervisor:
         if self.state is State.ESTOP:
             return
         self._latch(now, Trigger.OPERATOR, msg, self.cfg.operator_estop_category)
+
+    def request_shutdown(self, now: float) -> None:
+        """The server is going down: latch (category 0) so the last snapshot says so, and log it."""
+        msg = "server shutting down: robot halted"
+        if self.state in (State.ESTOP, State.FAULT):
+            self.events.append(Event(now, Trigger.SHUTDOWN.value, msg, self.state.value, self.state.value))
+            return
+        self.cause = Cause(Trigger.SHUTDOWN.value, msg, now, 0)
+        self._transition(now, State.ESTOP, Trigger.SHUTDOWN.value, msg)
 
     def request_reset(self, now: float) -> None:
         if self.state not in (State.ESTOP, State.FAULT):
@@ -265,27 +290,48 @@ class Supervisor:
         self._transition(now, State.IDLE, "reset",
                          "reset by the operator" + (f" (was: {before.message})" if before else ""), kind="command")
 
+    def stale_channels(self, now: float) -> list[tuple[str, float]]:
+        """Rule channels whose newest finite sample is older than ``sensor_stale_s``, with their ages."""
+        limit = self.cfg.sensor_stale_s
+        out = []
+        for ch in self.rule_channels:
+            age = now - self.fresh_t.get(ch, -math.inf)
+            if age > limit:
+                out.append((ch, age))
+        return out
+
     def cause_persists(self, now: float) -> str | None:
         """Why a reset must be refused now, or None."""
         if not self.driver_ok:
             return f"driver fault: {self.driver_error}"
         if now - self.last_frame_t > self.cfg.sensor_stale_s:
             return "sensor data stale"
+        for channel, age in self.stale_channels(now):
+            return f"rule channel {channel} is stale ({_age_text(age)})"
         if self.cause is not None and self.cause.trigger == Trigger.RULE.value:
             for rule, v in self.active_rules(0.0, 0.0, state=State.RUNNING):
                 return f"rule {rule.name} still active: {rule.message} ({rule.channel}={v:.4g})"
         return None
 
+    def not_running_reason(self) -> tuple[str, str]:
+        """The 409 code and message for a motion command while not ``running``: what to do next."""
+        if self.state is State.ESTOP:
+            return "estop_latched", f"e-stop latched ({self.cause.message if self.cause else ''}); reset, then start"
+        if self.state is State.FAULT:
+            return "conflict", f"driver fault ({self.driver_error}); reset, then start"
+        return "not_running", f"robot is {self.state.value}; start it first"
+
     def check_speed(self, now: float, linear: float, angular: float) -> None:
         """Refuse a setpoint the state forbids, or one that would trip a rule at once."""
-        if self.state is State.ESTOP:
-            raise Refused("estop_latched", f"e-stop latched ({self.cause.message if self.cause else ''}); reset, then start")
-        if self.state is State.FAULT:
-            raise Refused("conflict", f"driver fault ({self.driver_error}); reset, then start")
         if self.state is not State.RUNNING:
-            raise Refused("not_running", f"robot is {self.state.value}; start it first")
+            raise Refused(*self.not_running_reason())
         for rule, v in self.active_rules(linear, angular):
             raise Refused("conflict", f"refused: rule {rule.name} would trip: {rule.message} ({rule.channel}={v:.4g})")
+        for rule in self.cfg.rules:
+            age = now - self.fresh_t.get(rule.channel, -math.inf)
+            if age > self.cfg.sensor_stale_s and rule.applies(self.state, linear, angular):
+                raise Refused("conflict", f"refused: rule {rule.name} cannot be checked: {rule.channel} is stale "
+                              f"({_age_text(age)})")
 
     def set_ttl(self, now: float, ttl_s: float | None) -> None:
         self.command_expiry_t = math.inf if ttl_s is None else now + ttl_s
@@ -305,12 +351,37 @@ class Supervisor:
         self.driver_error = None
         self.last_values = inp.values
         self.last_frame_t = inp.frame_t if inp.frame_t is not None else now
+        sample_t = inp.sample_t or {}
+        for ch in self.rule_channels:
+            v = inp.values.get(ch)
+            if v is not None and math.isfinite(v):
+                t = sample_t.get(ch, now)
+                if t > self.fresh_t.get(ch, -math.inf):
+                    self.fresh_t[ch] = t
+        moving = self.state in (State.RUNNING, State.STOPPING)
 
-        # loop overruns
+        # loop overruns, and one long stall (a frozen process, a page fault storm) on its own
         self.consecutive_overruns = self.consecutive_overruns + 1 if inp.overrun else 0
-        if self.consecutive_overruns >= self.cfg.max_consecutive_overruns and self.state in (State.RUNNING, State.STOPPING):
+        if moving and inp.late_s > self.cfg.max_stall_s:
+            self._latch(now, Trigger.STALL, f"control loop stalled: a tick {inp.late_s:.3f} s late "
+                        f"(limit {self.cfg.max_stall_s:g} s)", self.cfg.overrun_category,
+                        {"late_s": round(inp.late_s, 4)})
+        if self.consecutive_overruns >= self.cfg.max_consecutive_overruns and moving:
             self._latch(now, Trigger.OVERRUN, f"{self.consecutive_overruns} consecutive control-loop overruns",
                         self.cfg.overrun_category, {"consecutive": self.consecutive_overruns})
+
+        # a rule that cannot be checked counts as violated (fail safe)
+        if self.state in (State.RUNNING, State.STOPPING):
+            for rule in self.cfg.rules:
+                age = now - self.fresh_t.get(rule.channel, -math.inf)
+                if age > self.cfg.sensor_stale_s and rule.applies(self.state, inp.linear, inp.angular):
+                    self._latch(now, Trigger.SENSOR_STALE,
+                                f"{rule.channel} is stale ({_age_text(age)}, limit {self.cfg.sensor_stale_s:g} s): "
+                                f"rule {rule.name} cannot be checked",
+                                rule.category, {"channel": rule.channel,
+                                                "age_s": round(age, 4) if math.isfinite(age) else None},
+                                rule.name)
+                    break
 
         # critical rules
         if self.state is not State.FAULT:

@@ -33,15 +33,27 @@ def dumps(obj: Any) -> str:
 class Client:
     """One websocket subscriber: a latest-wins telemetry slot plus a bounded control queue."""
 
-    def __init__(self, ws: web.WebSocketResponse, peer: str) -> None:
+    def __init__(self, ws: web.WebSocketResponse, peer: str, transport: asyncio.Transport | None = None) -> None:
         self.ws = ws
         self.peer = peer
+        self.transport = transport
+        self.send_since: float | None = None  # monotonic start of the send in progress (None: not sending)
+        self.bucket = None  # the reader's TokenBucket (server.ratelimit), for stats
+        self.drained = asyncio.Event()  # set while nothing is queued or being sent
         self.slot: str | None = None
         self.control: collections.deque[str] = collections.deque(maxlen=MAX_CONTROL_QUEUE)
         self.wake = asyncio.Event()
         self.dropped = 0
         self.sent = 0
         self.task: asyncio.Task | None = None  # the writer, owned by the websocket handler
+
+    async def flush_then_close(self, timeout_s: float) -> None:
+        """Give the writer up to ``timeout_s`` to send what is queued (the final snapshot), then close."""
+        try:
+            await asyncio.wait_for(self.drained.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        await self.close_going_away()
 
     async def close_going_away(self) -> None:
         """Stop the writer first (no frame may interleave with the close frame), then close with 1001."""
@@ -55,11 +67,18 @@ class Client:
         if self.slot is not None:
             self.dropped += 1
         self.slot = data_json
+        self.drained.clear()
         self.wake.set()
 
     def send_control(self, message: dict[str, Any] | str) -> None:
         self.control.append(message if isinstance(message, str) else dumps(message))
+        self.drained.clear()
         self.wake.set()
+
+    async def _send(self, text: str) -> None:
+        self.send_since = time.monotonic()
+        await self.ws.send_str(text)
+        self.send_since = None
 
     async def writer(self) -> None:
         ws = self.ws
@@ -68,13 +87,27 @@ class Client:
                 await self.wake.wait()
                 self.wake.clear()
                 while self.control and not ws.closed:
-                    await ws.send_str(self.control.popleft())
+                    await self._send(self.control.popleft())
                 data, self.slot = self.slot, None
                 if data is not None and not ws.closed:
-                    await ws.send_str(f'{{"type":"telemetry","dropped":{self.dropped},"data":{data}}}')
+                    await self._send(f'{{"type":"telemetry","dropped":{self.dropped},"data":{data}}}')
                     self.sent += 1
+                if self.slot is None and not self.control:
+                    self.drained.set()
         except (ConnectionResetError, RuntimeError, asyncio.CancelledError):
             pass
+
+    def stuck_for(self, now: float) -> float:
+        """How long the send in progress has waited for the peer to read (0 when not sending)."""
+        since = self.send_since
+        return 0.0 if since is None else now - since
+
+    def abort(self) -> None:
+        """Drop the connection at once (a peer that does not read cannot be sent a close frame)."""
+        if self.transport is not None:
+            self.transport.abort()
+        if self.task is not None:
+            self.task.cancel()
 
 
 class TelemetryHub:
@@ -85,10 +118,14 @@ class TelemetryHub:
     coalesce: if the event loop is stalled, at most one publish is pending.
     """
 
-    def __init__(self, snapshot_fn: Callable[[], dict[str, Any]], rate_hz: float, max_clients: int = 100) -> None:
+    def __init__(self, snapshot_fn: Callable[[], dict[str, Any]], rate_hz: float, max_clients: int = 100,
+                 writer_stall_s: float = 10.0) -> None:
         self.snapshot_fn = snapshot_fn
         self.rate_hz = rate_hz
         self.max_clients = max_clients
+        self.writer_stall_s = writer_stall_s
+        self.closed_stalled = 0
+        self._sweeper: asyncio.Task | None = None
         self.clients: weakref.WeakSet[Client] = weakref.WeakSet()
         self.published = 0
         self._aio: asyncio.AbstractEventLoop | None = None
@@ -122,14 +159,40 @@ class TelemetryHub:
         for c in list(self.clients):
             c.send_control(text)
 
+    def sweep(self, now: float | None = None) -> int:
+        """Close every client whose writer has not made progress for ``writer_stall_s`` (it holds a
+        slot without reading, whatever it sends); returns how many."""
+        now = time.monotonic() if now is None else now
+        stuck = [c for c in list(self.clients) if c.stuck_for(now) > self.writer_stall_s]
+        for c in stuck:
+            log.warning("telemetry client %s has not read for %.1f s: closing it", c.peer, c.stuck_for(now))
+            self.clients.discard(c)
+            c.abort()
+        self.closed_stalled += len(stuck)
+        return len(stuck)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.writer_stall_s / 2))
+            self.sweep()
+
     async def start(self) -> None:
         self._aio = asyncio.get_running_loop()
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="telemetry-sweeper")
 
     async def stop(self) -> None:
+        """Push a final snapshot (it shows the halt), then close every client with 1001."""
+        if self._aio is not None:
+            self.publish()
         self._aio = None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         clients = list(self.clients)
         self.clients.clear()
-        await asyncio.gather(*(c.close_going_away() for c in clients), return_exceptions=True)
+        for c in clients:  # let each writer send what is queued, briefly, before the close frame
+            c.wake.set()
+        await asyncio.sleep(0)
+        await asyncio.gather(*(c.flush_then_close(0.5) for c in clients), return_exceptions=True)
 
     def stats(self) -> dict[str, Any]:
         clients = list(self.clients)
@@ -137,5 +200,6 @@ class TelemetryHub:
             "clients": len(clients),
             "published": self.published,
             "dropped": sum(c.dropped for c in clients),
+            "closed_stalled": self.closed_stalled,
             "t": time.time(),
         }

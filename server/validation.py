@@ -33,6 +33,8 @@ def parse_object(raw: bytes | str, max_bytes: int = MAX_BODY_BYTES, allow_empty:
         value = json.loads(raw, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as err:
         raise MalformedError(f"body is not valid JSON: {err}") from err
+    except RecursionError:
+        raise MalformedError("body is nested too deeply") from None
     if not isinstance(value, dict):
         raise MalformedError(f"body must be a JSON object, not {type(value).__name__}")
     return value
@@ -65,7 +67,11 @@ def number(
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValidationError(f"{key} must be a number, not {type(v).__name__}", code="wrong_type")
-    v = float(v)
+    try:
+        v = float(v)
+    except OverflowError:  # an integer of hundreds of digits
+        raise ValidationError(f"{key} is outside the limits [{lo:g}, {hi:g}]" if lo is not None and hi is not None
+                              else f"{key} is too large", code="out_of_limits") from None
     if not math.isfinite(v):
         raise ValidationError(f"{key} must be a finite number", code="not_finite")
     if lo is not None and v < lo or hi is not None and v > hi:

@@ -67,6 +67,7 @@ from drivers.base import Driver
 from drivers.camera.base import CameraError, CameraSource
 from drivers.errors import DriverError
 from server.errors import ApiError, MalformedError, error_response
+from server.ratelimit import TokenBucket
 from server.validation import MAX_BODY_BYTES, integer, parse_object, reject_unknown
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,8 @@ DEFAULTS: dict[str, Any] = {
     "mount_pitch_deg": 0.0,
     "noise_sigma": 0.0,
     "render_process": True,
+    # viewers (websocket + MJPEG) at once; more are refused with 503 busy
+    "max_viewers": 20,
 }
 
 SOURCES = ("sim", "opencv")
@@ -149,6 +152,9 @@ def validate_video_settings(table: Mapping[str, Any]) -> dict[str, Any]:
     v = out["retry_limit"]
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ValueError("video.retry_limit must be an integer >= 0 (0 = retry forever)")
+    v = out["max_viewers"]
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10000:
+        raise ValueError("video.max_viewers must be an integer in [1, 10000]")
     for key, (lo, hi) in _FLOAT_LIMITS.items():
         v = out[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -234,6 +240,9 @@ def encode_frame(frame_bgr: np.ndarray, quality: int, seq: int, capture_t: float
     return EncodedFrame(seq, capture_t, w, h, encode_ms, message, 4 + len(header))
 
 
+MAX_OUTBOX = 16
+
+
 @dataclass(eq=False)
 class Client:
     """One viewer. Touched only on the event loop."""
@@ -249,7 +258,18 @@ class Client:
     first_seq: int = 0  # the oldest frame this client could have received
     in_flight: int | None = None  # seq sent and not yet acked (websocket only)
     status_dirty: bool = False
-    outbox: collections.deque = field(default_factory=collections.deque)
+    # error replies waiting to be sent: bounded, so a client that never reads cannot grow the server
+    outbox: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_OUTBOX))
+    replies_dropped: int = 0
+    send_since: float | None = None  # monotonic start of the send in progress
+    in_flight_since: float | None = None  # when the unacked frame was sent
+    transport: Any = None
+
+    def stuck_for(self, now: float) -> float:
+        """How long this viewer has blocked progress: a send the peer does not read, or a frame it
+        does not ack (0 when neither)."""
+        since = [t for t in (self.send_since, self.in_flight_since) if t is not None]
+        return now - min(since) if since else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -417,6 +437,7 @@ class VideoService:
         """A websocket client showed frame ``seq``: give its credit back."""
         if client.in_flight is not None and seq >= client.in_flight:
             client.in_flight = None
+            client.in_flight_since = None
             client.acked += 1
             client.wake.set()
 
@@ -607,6 +628,7 @@ class VideoService:
 VIDEO_KEY = web.AppKey("video", VideoService)
 _SOCKETS_KEY = web.AppKey("video_sockets", weakref.WeakSet)
 _CLOSING_KEY = web.AppKey("video_closing", asyncio.Event)
+_STALL_KEY = web.AppKey("video_writer_stall_s", float)
 
 
 # --------------------------------------------------------------------------- HTTP and websockets
@@ -625,23 +647,6 @@ def _api(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
     return wrapped
 
 
-def _parse_body(raw: bytes) -> dict[str, Any]:
-    try:
-        return parse_object(raw)
-    except MalformedError:
-        # NaN/Infinity are not JSON, but an operator who typed them made a value error:
-        # report it as one (422 from the field check) rather than as a syntax error
-        if len(raw) > MAX_BODY_BYTES:
-            raise
-        try:
-            obj = json.loads(raw, parse_constant=float)
-        except (ValueError, UnicodeDecodeError):
-            raise MalformedError("body is not valid JSON") from None
-        if not isinstance(obj, dict):
-            raise
-        return obj
-
-
 @_api
 async def _get_video(request: web.Request) -> web.Response:
     return web.json_response(request.app[VIDEO_KEY].describe())
@@ -650,7 +655,10 @@ async def _get_video(request: web.Request) -> web.Response:
 @_api
 async def _put_video(request: web.Request) -> web.Response:
     service = request.app[VIDEO_KEY]
-    changes = validate_runtime_settings(_parse_body(await request.read()))
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise MalformedError(f"body of {request.content_length} bytes is over the {MAX_BODY_BYTES}-byte limit",
+                             code="too_large", status=413)
+    changes = validate_runtime_settings(parse_object(await request.content.read(MAX_BODY_BYTES + 1)))
     service.update_settings(changes)
     return web.json_response(service.describe())
 
@@ -670,22 +678,42 @@ async def _snapshot(request: web.Request) -> web.Response:
     )
 
 
+def _admit(service: "VideoService", kind: str) -> None:
+    """Refuse a viewer beyond ``video.max_viewers`` (503 busy, before the upgrade)."""
+    limit = service.settings["max_viewers"]
+    if len(service.clients()) >= limit:
+        raise ApiError(f"too many video viewers (max {limit}); try again later", code="busy", status=503)
+
+
+@_api
 async def _ws_video(request: web.Request) -> web.WebSocketResponse:
     app = request.app
     service = app[VIDEO_KEY]
+    _admit(service, "ws")
     # compress=False: JPEG does not deflate, and per-client compression would undo "encode once"
-    ws = web.WebSocketResponse(heartbeat=10.0, compress=False, max_msg_size=64 * 1024)
+    ws = web.WebSocketResponse(heartbeat=10.0, compress=False, max_msg_size=4 * 1024)
     await ws.prepare(request)
     app[_SOCKETS_KEY].add(ws)
     client = service.add_client("ws", request.remote)
+    client.transport = request.transport
     client.status_dirty = True
+    # acks come at most once per frame: allow twice the frame rate, and a burst of a second's worth
+    fps = service.runtime_settings()["fps"]
+    bucket = TokenBucket(2.0 * fps + 10.0, 2 * fps + 20)
     sender = asyncio.create_task(_ws_sender(ws, client, service), name=f"video-ws-{client.id}")
     try:
         async for msg in ws:
-            if msg.type == WSMsgType.TEXT:
+            if not bucket.take():
+                if bucket.flooding:
+                    log.warning("video viewer %d keeps flooding: closing it", client.id)
+                    await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"rate limit exceeded")
+                    break
+                _ws_error(client, "rate_limited", "too many messages: send one ack per frame")
+            elif msg.type == WSMsgType.TEXT:
                 _ws_receive(msg.data, client, service)
             elif msg.type == WSMsgType.BINARY:
                 _ws_error(client, "malformed", "binary messages are not accepted")
+            await asyncio.sleep(0)  # a flooding reader yields to every other task
     finally:
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
@@ -695,17 +723,19 @@ async def _ws_video(request: web.Request) -> web.WebSocketResponse:
 
 
 def _ws_error(client: Client, code: str, message: str) -> None:
+    if len(client.outbox) == client.outbox.maxlen:
+        client.replies_dropped += 1  # the oldest reply goes: the client is not reading them anyway
     client.outbox.append(json.dumps({"type": "error", "error": {"code": code, "message": message}}))
     client.wake.set()
 
 
 def _ws_receive(data: str, client: Client, service: VideoService) -> None:
     try:
-        msg = json.loads(data)
-    except ValueError:
-        _ws_error(client, "malformed", "message is not valid JSON")
+        msg = parse_object(data, max_bytes=4 * 1024)
+    except ApiError as err:
+        _ws_error(client, err.code, err.message)
         return
-    if not isinstance(msg, dict) or msg.get("type") != "ack":
+    if msg.get("type") != "ack":
         _ws_error(client, "unknown_type", 'expected {"type": "ack", "seq": n}')
         return
     seq = msg.get("seq")
@@ -717,30 +747,39 @@ def _ws_receive(data: str, client: Client, service: VideoService) -> None:
 
 async def _ws_sender(ws: web.WebSocketResponse, client: Client, service: VideoService) -> None:
     """The only writer of ``ws``: status and errors, then at most one unacked frame."""
+
+    async def send(data: str | bytes) -> None:
+        client.send_since = time.monotonic()
+        await (ws.send_str(data) if isinstance(data, str) else ws.send_bytes(data))
+        client.send_since = None
+
     try:
         while not ws.closed:
             await client.wake.wait()
             client.wake.clear()
             while client.outbox:
-                await ws.send_str(client.outbox.popleft())
+                await send(client.outbox.popleft())
             if client.status_dirty:
                 client.status_dirty = False
-                await ws.send_str(service.status_message())
+                await send(service.status_message())
             if client.in_flight is not None:
                 continue  # no credit: frames replaced meanwhile count as ``dropped``
             f = service.latest
             if f is None or f.seq <= client.last_seq:
                 continue
             client.in_flight = client.last_seq = f.seq
-            await ws.send_bytes(f.message)
+            client.in_flight_since = time.monotonic()
+            await send(f.message)
             client.sent += 1
     except (ConnectionError, RuntimeError) as err:  # peer went away mid-send
         log.debug("video websocket %d: %s", client.id, err)
 
 
+@_api
 async def _mjpeg(request: web.Request) -> web.StreamResponse:
     app = request.app
     service = app[VIDEO_KEY]
+    _admit(service, "mjpeg")
     closing = app[_CLOSING_KEY]
     resp = web.StreamResponse(
         headers={
@@ -752,6 +791,7 @@ async def _mjpeg(request: web.Request) -> web.StreamResponse:
     )
     await resp.prepare(request)
     client = service.add_client("mjpeg", request.remote)
+    client.transport = request.transport
     try:
         while not closing.is_set():
             transport = request.transport
@@ -769,7 +809,9 @@ async def _mjpeg(request: web.Request) -> web.StreamResponse:
             if transport.get_write_buffer_size() > 0:
                 continue  # the previous frame has not drained: skip it (counted as dropped when replaced)
             client.last_seq = f.seq
+            client.send_since = time.monotonic()
             await resp.write(f.mjpeg_part)
+            client.send_since = None
             client.sent += 1
     except (ConnectionError, RuntimeError) as err:
         log.debug("mjpeg viewer %d left: %s", client.id, err)
@@ -778,13 +820,14 @@ async def _mjpeg(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-def setup_video(app: web.Application, service: VideoService) -> None:
+def setup_video(app: web.Application, service: VideoService, writer_stall_s: float = 10.0) -> None:
     """Register the video routes on ``app`` and tie the capture thread to the app's lifetime.
 
     Routes: ``GET /ws/video``, ``GET /video.mjpeg``, ``GET /api/video/snapshot.jpg``,
     ``GET /api/video``, ``PUT /api/video``.
     """
     app[VIDEO_KEY] = service
+    app[_STALL_KEY] = writer_stall_s
     app[_SOCKETS_KEY] = weakref.WeakSet()
     app[_CLOSING_KEY] = asyncio.Event()
     app.router.add_get("/ws/video", _ws_video)
@@ -805,8 +848,27 @@ async def _on_shutdown(app: web.Application) -> None:
         await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
 
 
+async def _sweep_stuck_viewers(app: web.Application, stall_s: float) -> None:
+    """Close every viewer that has blocked progress for ``stall_s``: a send it does not read, or a
+    frame it does not ack (it would hold a viewer slot forever, whatever it sends)."""
+    service = app[VIDEO_KEY]
+    while True:
+        await asyncio.sleep(min(1.0, stall_s / 2))
+        now = time.monotonic()
+        for c in service.clients():
+            if c.stuck_for(now) > stall_s:
+                log.warning("video viewer %d (%s) made no progress for %.1f s: closing it", c.id, c.kind,
+                            c.stuck_for(now))
+                service.remove_client(c)
+                if c.transport is not None:
+                    c.transport.abort()
+
+
 async def _video_ctx(app: web.Application):
     service = app[VIDEO_KEY]
     service.start()
+    sweeper = asyncio.create_task(_sweep_stuck_viewers(app, app[_STALL_KEY]), name="video-sweeper")
     yield
+    sweeper.cancel()
+    await asyncio.gather(sweeper, return_exceptions=True)
     await asyncio.to_thread(service.stop)

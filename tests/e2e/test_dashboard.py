@@ -306,7 +306,7 @@ def test_server_restart_page_reconnects_and_does_not_move_the_robot(server_facto
     dash.page.locator("#conn-banner").wait_for(state="hidden")
     dash.wait_badge("idle")
     s = server_state(server)
-    assert s["state"] == "idle" and s["setpoint"] == {"linear": 0.0, "angular": 0.0}
+    assert s["state"] == "idle" and s["setpoint"] == {"linear": 0.0, "angular": 0.0, "source": None}
 
     # Someone starts the robot over HTTP; the page, still with the mouse held down on the
     # joystick, heartbeats (it is visible and focused) but must not resume driving.
@@ -319,7 +319,7 @@ def test_server_restart_page_reconnects_and_does_not_move_the_robot(server_facto
     wait_for(lambda: sum(m["type"] == "heartbeat" for m in dash.sent_since(epoch)) >= 15, 10.0, "more heartbeats")
     assert_no_nonzero_speed(dash.sent_since(epoch))
     s = server_state(server)
-    assert s["state"] == "running" and s["setpoint"] == {"linear": 0.0, "angular": 0.0}
+    assert s["state"] == "running" and s["setpoint"] == {"linear": 0.0, "angular": 0.0, "source": None}
     assert abs(s["values"]["linear_m_s"]) < 0.01
 
     # acting again works: release, press again

@@ -41,9 +41,16 @@ HTTP_CASES = [
     ("/api/start", b'{"now": true}', 422, "unknown_field"),
     ("/api/start", b"{", 400, "malformed"),
     ("/api/reset", b"[]", 400, "malformed"),
-    ("/api/estop", b'{"reason": 5}', 422, "wrong_type"),
     ("/api/heartbeat", b'{"x": 1}', 422, "unknown_field"),
     ("/api/fly", b"{}", 404, "not_found"),
+    # integers of hundreds of digits and JSON nested thousands deep (were 500s)
+    ("/api/speed", b'{"linear": 1' + b"0" * 400 + b', "angular": 0}', 422, "out_of_limits"),
+    ("/api/speed", b'{"linear": 0.1, "angular": -1' + b"0" * 400 + b"}", 422, "out_of_limits"),
+    ("/api/speed", b'{"linear": 0.1, "angular": 0, "ttl_s": 9' + b"9" * 400 + b"}", 422, "out_of_limits"),
+    ("/api/speed", b'{"linear": 0.1, "angular": 0, "ttl_s": 1' + b"0" * 5000 + b"}", 400, "malformed"),
+    ("/api/speed", b"[" * 5000 + b"]" * 5000, 400, "malformed"),
+    ("/api/speed", b'{"linear": ' + b'{"a":' * 2500 + b"1" + b"}" * 2501, 400, "malformed"),
+    ("/api/heading", b'{"heading_deg": 1' + b"0" * 400 + b"}", 422, "out_of_limits"),
 ]
 
 PUT_ACQ_CASES = [
@@ -58,6 +65,8 @@ PUT_ACQ_CASES = [
     (b'{"rate_hz": 50, "channels": [], "extra": 1}', 422),
     (b'{"rate_hz": 50, "channels": ["battery_v"]}', 422),  # drops channels that feed safety rules
     (b"nope", 400),
+    (b'{"rate_hz": 1' + b"0" * 400 + b', "channels": []}', 422),
+    (b"{" * 5000, 400),
 ]
 
 
@@ -137,6 +146,11 @@ WS_CASES = [
     ('{"type": "speed", "linear": 0.1, "angular": 0, "id": {"a": 1}}', "wrong_type"),
     ('{"type": "start", "force": true}', "unknown_field"),
     ('{"type": "ping", "t": "now"}', "wrong_type"),
+    ('{"type": "speed", "linear": 1' + "0" * 400 + ', "angular": 0}', "out_of_limits"),
+    ('{"type": "speed", "linear": 0.1, "angular": 0, "ttl_s": 1' + "0" * 400 + "}", "out_of_limits"),
+    ("[" * 5000 + "]" * 5000, "malformed"),
+    ('{"type": "speed", "linear": ' + '{"a":' * 2500 + "1" + "}" * 2501, "malformed"),
+    ('{"type": "heartbeat", "pad": "' + "x" * (17 * 1024) + '"}', "too_large"),
 ]
 
 
@@ -169,7 +183,7 @@ def test_fail__ws_oversize_message_closes_with_1009(running_server: ServerProc) 
     async def go() -> int:
         async with aiohttp.ClientSession() as session:
             async with session.ws_connect(running_server.ws_url + "/ws/telemetry") as ws:
-                await ws.send_str(json.dumps({"type": "heartbeat", "pad": BIG}))
+                await ws.send_str(json.dumps({"type": "heartbeat", "pad": BIG * 4}))
                 while True:
                     msg = await asyncio.wait_for(ws.receive(), 5)
                     if msg.type == aiohttp.WSMsgType.CLOSE:
@@ -177,7 +191,7 @@ def test_fail__ws_oversize_message_closes_with_1009(running_server: ServerProc) 
                     if msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
                         return ws.close_code
     before = robot_state(running_server)
-    # the server answers 1009 and drops the connection; when the rest of our 17 KB is still unread the
+    # the server answers 1009 and drops the connection; when the rest of our 68 KB is still unread the
     # kernel may reset the socket before the close frame arrives, which the client sees as 1006
     assert asyncio.run(go()) in (1009, 1006)
     assert robot_state(running_server) == before

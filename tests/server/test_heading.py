@@ -129,7 +129,7 @@ def test_heading_timeout_ends_with_a_failure_event(server_factory, tmp_path) -> 
         end = run_behavior(srv, "/api/heading", {"heading_deg": 270.0})
     assert end["trigger"] == "behavior_end"
     assert end["values"]["outcome"].startswith("failed: timeout") and "failed: timeout" in end["message"]
-    assert srv.state()["setpoint"] == {"linear": 0.0, "angular": 0.0}
+    assert srv.state()["setpoint"] == {"linear": 0.0, "angular": 0.0, "source": None}
 
 
 def test_heading_refused_unless_running(server: ServerProc) -> None:
