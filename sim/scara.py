@@ -156,9 +156,9 @@ class ScaraSim:
         """Track joint rates ``qd_target`` (2,) rad/s on the joints where ``mask`` is true."""
         self.joints.command_velocity(qd_target, mask)
 
-    def freeze(self) -> None:
-        """Stop both joints where they are and hold them."""
-        self.joints.freeze()
+    def freeze(self, mask=(True, True)) -> None:
+        """Stop the joints where ``mask`` is true where they are, and hold them."""
+        self.joints.freeze(mask)
 
     def step(self, dt_s: float) -> None:
         """Advance the simulation by ``dt_s`` seconds."""

@@ -96,12 +96,13 @@ class ServoAxes:
         self.target_clipped = np.where(mask, False, self.target_clipped)
         self.velocity_mode = np.where(mask, True, self.velocity_mode)
 
-    def freeze(self) -> None:
-        """Stop every axis where it stands, at once, and hold it there."""
-        self.velocity[:] = 0.0
-        self.target = self.position.copy()
-        self.velocity_mode[:] = False
-        self.target_clipped[:] = False
+    def freeze(self, mask=None) -> None:
+        """Stop the axes where ``mask`` is true (default: all) where they stand, at once, and hold them there."""
+        mask = np.ones(self.size, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(self.size)
+        self.velocity = np.where(mask, 0.0, self.velocity)
+        self.target = np.where(mask, self.position, self.target)
+        self.velocity_mode = np.where(mask, False, self.velocity_mode)
+        self.target_clipped = np.where(mask, False, self.target_clipped)
 
     def step(self, dt_s: float) -> None:
         """Advance by ``dt_s`` seconds (≥ 0)."""

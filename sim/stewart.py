@@ -115,10 +115,13 @@ class StewartSim:
         sigma = self.params.length_noise_m
         return self.lengths + (self.rng.normal(0.0, sigma, 6) if sigma > 0 else 0.0)
 
-    def command_lengths(self, targets) -> SaturationReport:
-        """Track leg lengths ``targets`` (6,) m, clamped to the strokes; returns (and keeps) the saturation report."""
+    def command_lengths(self, targets, mask=None) -> SaturationReport:
+        """Track leg lengths ``targets`` (6,) m, clamped to the strokes, on the legs where ``mask`` is true
+        (default: all); returns (and keeps) the saturation report of the commanded legs."""
+        mask = np.ones(6, dtype=bool) if mask is None else np.asarray(mask, dtype=bool).reshape(6)
         clamped, report = self.platform.saturate(targets)
-        self.legs.command_position(clamped)
+        self.legs.command_position(clamped, mask)
+        report = SaturationReport(tuple(s for s in report.legs if mask[s.leg - 1]))
         self.saturation = report
         return report
 
@@ -126,9 +129,9 @@ class StewartSim:
         """Track a pose through inverse kinematics; the legs it would push past their stroke are clamped."""
         return self.command_lengths(self.platform.leg_lengths(position, euler_xyz))
 
-    def freeze(self) -> None:
-        """Stop every leg where it is and hold it."""
-        self.legs.freeze()
+    def freeze(self, mask=None) -> None:
+        """Stop the legs where ``mask`` (6,) is true (default: all) where they are, and hold them."""
+        self.legs.freeze(mask)
 
     def step(self, dt_s: float) -> None:
         """Advance by ``dt_s`` seconds: move the legs, then solve the pose they give."""

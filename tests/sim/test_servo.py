@@ -146,3 +146,13 @@ def test_fail__bad_commands_change_nothing(call):
     with pytest.raises(ValueError):
         call(a)
     assert a.target.tolist() == before[0].tolist() and a.velocity_mode.tolist() == before[1].tolist()
+
+
+def test_freeze_with_a_mask_stops_only_those_axes():
+    a = axes()
+    a.command_velocity([0.5, 1.0])
+    run(a, 0.5)
+    a.freeze([False, True])
+    held = a.position[1]
+    run(a, 0.2)
+    assert a.position[1] == held and a.velocity[0] == pytest.approx(0.5)

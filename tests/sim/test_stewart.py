@@ -155,3 +155,11 @@ def test_fail__actuator_params(table, fragment):
 def test_fail__a_start_pose_outside_the_stroke():
     with pytest.raises(ValueError, match="start pose needs legs outside their stroke: leg 1"):
         StewartSim(PLATFORM, pose=((0.0, 0.0, 0.9), (0.0, 0.0, 0.0)))
+
+
+def test_a_masked_command_moves_and_reports_only_those_legs():
+    sim = StewartSim(PLATFORM)
+    report = sim.command_lengths([0.8, 0.7, 0.1, 0.1, 0.1, 0.1], mask=[True, True, False, False, False, False])
+    assert [s.leg for s in report.legs] == [1]
+    steps(sim, 2.0)
+    assert sim.lengths.tolist() == pytest.approx([0.75, 0.7] + [0.6] * 4)
