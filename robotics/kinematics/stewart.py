@@ -309,8 +309,7 @@ class StewartPlatform:
         [0.833, 0.833, 0.833, 0.833, 0.833, 0.833]
         """
         x = np.concatenate([np.asarray(position, dtype=float).reshape(3), np.asarray(euler_xyz, dtype=float).reshape(3)])
-        arm, _, lengths = self._evaluate(x)
-        return self._jacobian(x, arm, lengths, np.asarray(position, dtype=float).reshape(3))
+        return self._jacobian(x, *self._evaluate(x))
 
     def _evaluate(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For the pose vector x = (t, roll, pitch, yaw): R·p_i (6, 3), leg vectors (6, 3), lengths (6,)."""
@@ -318,23 +317,29 @@ class StewartPlatform:
         v = arm + x[:3] - self.base_joints
         return arm, v, np.sqrt(np.einsum("ij,ij->i", v, v))
 
-    def _jacobian(self, x: np.ndarray, arm: np.ndarray, lengths: np.ndarray, t: np.ndarray) -> np.ndarray:
+    def _jacobian(self, x: np.ndarray, arm: np.ndarray, v: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         cr, sr = math.cos(x[3]), math.sin(x[3])
         sp, cp = math.sin(x[4]), math.cos(x[4])
-        u = (arm + t - self.base_joints) / lengths[:, None]
+        u = v / lengths[:, None]
         r0, r1, r2 = arm.T
         u0, u1, u2 = u.T
         c0, c1, c2 = r1 * u2 - r2 * u1, r2 * u0 - r0 * u2, r0 * u1 - r1 * u0  # (R·p_i) × u_i
+        j = np.empty((6, 6))
+        j[:, :3] = u
         # times E = [x, Rx(roll)·y, Rx(roll)·Ry(pitch)·z] = [(1,0,0), (0,cr,sr), (sp,−sr·cp,cr·cp)]
-        return np.column_stack([u, c0, c1 * cr + c2 * sr, c0 * sp - c1 * sr * cp + c2 * cr * cp])
+        j[:, 3] = c0
+        j[:, 4] = c1 * cr + c2 * sr
+        j[:, 5] = c0 * sp - c1 * sr * cp + c2 * cr * cp
+        return j
 
     def forward(self, lengths, guess=None, *, tol_m: float = 1e-10, max_iterations: int = 50):
         """Pose ``(position (3,), euler_xyz (3,))`` whose legs have these ``lengths`` (6,) m.
 
         Newton's method on ``|t + R·p_i − b_i| − L_i = 0`` from ``guess`` =
         ``(position, euler_xyz)`` (default :attr:`home`), with step halving when a
-        full step would not reduce the residual; it stops when every leg is within
-        ``tol_m``. Pass the last pose as ``guess`` when tracking: the solution is the
+        full step would not reduce the residual, and chord steps (the last
+        Jacobian reused) while they halve the residual; it stops when every leg is
+        within ``tol_m``. Pass the last pose as ``guess`` when tracking: the solution is the
         assembly nearest to it. Roll and yaw are returned in (−pi, pi].
 
         Raises :class:`robotics.kinematics.NoConvergence` when the Jacobian is
@@ -354,13 +359,24 @@ class StewartPlatform:
             raise ValueError(f"leg lengths must be positive, got {target.tolist()}")
         position, euler = self.home if guess is None else _pose(guess, "guess")
         x = np.concatenate([position, euler])
-        arm, _, current = self._evaluate(x)
+        arm, v, current = self._evaluate(x)
         residual = current - target
+        inverse = None  # the SVD of the Jacobian in use (a chord step reuses it)
         for iteration in range(max_iterations):
             worst = float(np.max(np.abs(residual)))
             if worst <= tol_m:
                 return x[:3].copy(), _wrap_euler(x[3:])
-            u_, s_, vt = np.linalg.svd(self._jacobian(x, arm, current, x[:3]))
+            cost = float(residual @ residual)
+            if inverse is not None:
+                # chord step: the Jacobian of an earlier iterate; kept while it halves the residual
+                u_, s_, vt = inverse
+                x_try = x - vt.T @ ((u_.T @ residual) / s_)
+                arm_try, v_try, current_try = self._evaluate(x_try)
+                residual_try = current_try - target
+                if float(residual_try @ residual_try) < 0.25 * cost:
+                    x, arm, v, current, residual = x_try, arm_try, v_try, current_try, residual_try
+                    continue
+            u_, s_, vt = inverse = np.linalg.svd(self._jacobian(x, arm, v, current))
             if s_[-1] <= _SINGULAR_RCOND * s_[0]:
                 raise NoConvergence(
                     f"forward kinematics met a singular Jacobian at iteration {iteration} "
@@ -368,10 +384,9 @@ class StewartPlatform:
                     f"{s_[-1]:.3g}/{s_[0]:.3g}): legs aligned, or pitch at ±90° where the Euler angles lock"
                 )
             step = -(vt.T @ ((u_.T @ residual) / s_))
-            cost = float(residual @ residual)
             for _ in range(_MAX_BACKTRACKS):
                 x_try = x + step
-                arm_try, _, current_try = self._evaluate(x_try)
+                arm_try, v_try, current_try = self._evaluate(x_try)
                 residual_try = current_try - target
                 if float(residual_try @ residual_try) < cost:
                     break
@@ -382,7 +397,7 @@ class StewartPlatform:
                     f"{iteration} iterations (position {_fmt(x[:3])} m, euler {_fmt(x[3:])} rad); "
                     f"no pose near the guess has legs {_fmt(target)} m"
                 )
-            x, arm, current, residual = x_try, arm_try, current_try, residual_try
+            x, arm, v, current, residual = x_try, arm_try, v_try, current_try, residual_try
         raise NoConvergence(
             f"forward kinematics did not converge: residual {float(np.max(np.abs(residual))):.3g} m > {tol_m:g} m "
             f"after {max_iterations} iterations (legs {_fmt(target)} m)"
