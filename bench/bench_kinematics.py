@@ -86,7 +86,7 @@ def bench_stewart(n: int) -> None:
     for L in series_lengths[1:]:
         warm_iters.append(_iterations(sp, L, guess))
         guess = sp.forward(L, guess=guess)
-    print(f"  Newton iterations: cold mean {np.mean(cold_iters):.1f} (max {max(cold_iters)}), "
+    print(f"  Newton and chord steps per solve: cold mean {np.mean(cold_iters):.1f} (max {max(cold_iters)}), "
           f"warm mean {np.mean(warm_iters):.1f} (max {max(warm_iters)})")
 
 
