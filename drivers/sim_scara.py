@@ -47,6 +47,7 @@ import numpy as np
 from drivers.base import ChannelSpec
 from drivers.errors import DriverConfigError
 from drivers.sim_arm import COMMON_KEYS, HOLD, SimArmDriver, build, common_settings, exclusive, refuse_unknown
+from robotics.kinematics.scara import Scara
 from sim.scara import ScaraParams, ScaraSim
 
 __all__ = ["ScaraSimDriver"]
@@ -89,6 +90,8 @@ class ScaraSimDriver(SimArmDriver):
         if not (isinstance(start, (list, tuple)) and len(start) == 2
                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in start)):
             raise DriverConfigError("start_q_deg", "must be [q1, q2] in degrees")
+        if not Scara(params.l1_m, params.l2_m, params.q_min_rad, params.q_max_rad).within_limits(np.radians(start)):
+            raise DriverConfigError("start_q_deg", f"{list(start)} lies outside the joint limits")
         return build(cls, params, start_q=np.radians(start), **common)
 
     # ---- description ----------------------------------------------------------------------------

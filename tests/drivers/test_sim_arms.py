@@ -167,7 +167,7 @@ def test_scara_from_config_takes_the_arm_from_robot_and_the_rest_from_driver():
         ({"l1_m": -0.3}, "", "link lengths must be positive"),
         ({"q_min_deg": [10, 0], "q_max_deg": [0, 10]}, "", "q_min <= q_max"),
         ({"start_q_deg": [0]}, "start_q_deg", "must be [q1, q2]"),
-        ({"start_q_deg": [0, 175]}, "start_q", "outside the joint limits"),
+        ({"start_q_deg": [0, 175]}, "start_q_deg", "outside the joint limits"),
     ],
 )
 def test_scara_fail__from_config(table, key, fragment):
