@@ -2,15 +2,15 @@
 
 Pure functions and small classes on numpy arrays; SI units (m, rad, m/s, rad/s).
 Errors are :class:`ValueError` subclasses so callers can catch either the
-specific case or any bad request:
+specific case or any bad request (one handler maps them all to a 422):
 
->>> issubclass(Unreachable, ValueError) and issubclass(Singular, ValueError)
+>>> all(issubclass(e, ValueError) for e in (Unreachable, Singular, NoConvergence))
 True
 """
 
 from __future__ import annotations
 
-__all__ = ["Unreachable", "Singular"]
+__all__ = ["NoConvergence", "Singular", "Unreachable"]
 
 
 class Unreachable(ValueError):
@@ -19,3 +19,7 @@ class Unreachable(ValueError):
 
 class Singular(ValueError):
     """The configuration is singular: the requested inverse does not exist."""
+
+
+class NoConvergence(ValueError):
+    """A numeric solve (Stewart forward kinematics) did not converge, or met a singular Jacobian."""

@@ -8,6 +8,8 @@ tool when seen from above), ``elbow=-1`` picks ``q2`` in [-pi, 0].
 The four problems of the source paper (seeds/004): forward and inverse position,
 forward and inverse velocity through the 2×2 Jacobian, whose determinant is
 ``l1·l2·sin(q2)``: the arm is singular when stretched (q2 = 0) or folded (q2 = ±pi).
+The workspace is built from the forward problem over the joint limits
+(:meth:`Scara.workspace`).
 
 >>> arm = Scara(0.3, 0.2)
 >>> [round(v, 6) for v in arm.forward(arm.inverse((0.25, 0.25)))]
@@ -17,15 +19,37 @@ forward and inverse velocity through the 2×2 Jacobian, whose determinant is
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from robotics.kinematics import Singular, Unreachable
 
-__all__ = ["Scara"]
+__all__ = ["Scara", "ScaraWorkspace"]
 
 # Slack for targets a rounding error outside the workspace (full stretch from forward()).
 _REACH_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class ScaraWorkspace:
+    """What :meth:`Scara.workspace` returns, for drawing the workspace in a UI (metres, base frame).
+
+    ``points`` (n·n, 2): tool positions on an n × n grid of joint angles over the
+    limits (both elbows when the q2 range spans them).
+
+    ``outlines``: elbow (+1, −1) → closed polygon (4·n, 2), the last point joining
+    the first (an elbow whose q2 half-range has no width is left out). Each is the image of the border of that elbow's joint rectangle
+    ``[q1_min, q1_max] × (q2 range ∩ [0, pi] or [−pi, 0])``; forward kinematics is
+    one-to-one inside it (r depends on |q2| alone, monotonically), so the polygon
+    bounds exactly the points that elbow reaches. The workspace is the union of the
+    two: fill both (nonzero rule). When q1 turns a whole revolution the polygon runs
+    out along the outer circle, across a seam and back along the inner one, which
+    fills as an annulus.
+    """
+
+    points: np.ndarray
+    outlines: dict[int, np.ndarray]
 
 
 class Scara:
@@ -176,3 +200,41 @@ class Scara:
                 f"singular configuration q2={q[1]:.4g} rad (arm stretched or folded): |sin(q2)| < {tol:g}"
             )
         return np.linalg.solve(self.jacobian(q), np.asarray(v, dtype=float).reshape(2))
+
+    def _forward_many(self, q1: np.ndarray, q2: np.ndarray) -> np.ndarray:
+        """Tool positions (N, 2) for arrays of joint angles (vectorised :meth:`forward`)."""
+        return np.column_stack(
+            [self.l1 * np.cos(q1) + self.l2 * np.cos(q1 + q2), self.l1 * np.sin(q1) + self.l2 * np.sin(q1 + q2)]
+        )
+
+    def workspace(self, n: int = 64) -> ScaraWorkspace:
+        """Sample the workspace over the joint limits for a UI: see :class:`ScaraWorkspace`.
+
+        Unlimited joints are taken over [−pi, pi]; a q1 range wider than a turn is cut
+        to one turn from ``q_min[0]``; q2 limits are clipped to [−pi, pi].
+
+        >>> ws = Scara(0.3, 0.2, q_min=(-math.pi / 2, 0.0), q_max=(math.pi / 2, math.pi)).workspace(n=8)
+        >>> ws.points.shape, sorted(ws.outlines), ws.outlines[1].shape
+        ((64, 2), [1], (32, 2))
+        >>> r = np.hypot(*ws.points.T)
+        >>> bool(r.min() >= 0.1 - 1e-12 and r.max() <= 0.5 + 1e-12)
+        True
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or not 2 <= n <= 4096:
+            raise ValueError(f"n must be an integer in [2, 4096], got {n!r}")
+        q1_lo = self.q_min[0] if math.isfinite(self.q_min[0]) else -math.pi
+        q1_hi = self.q_max[0] if math.isfinite(self.q_max[0]) else math.pi
+        q1_hi = min(q1_hi, q1_lo + math.tau)
+        q2_lo, q2_hi = max(self.q_min[1], -math.pi), min(self.q_max[1], math.pi)
+        g1, g2 = np.meshgrid(np.linspace(q1_lo, q1_hi, n), np.linspace(q2_lo, q2_hi, n))
+        points = self._forward_many(g1.ravel(), g2.ravel())
+        halves = {+1: (max(q2_lo, 0.0), q2_hi), -1: (q2_lo, min(q2_hi, 0.0))}
+        keep = [e for e, (lo, hi) in halves.items() if lo < hi] or [+1 if q2_lo >= 0.0 else -1]  # q2 pinned
+        outlines = {}
+        for elbow in keep:
+            lo, hi = halves[elbow]
+            a1, a2 = np.linspace(q1_lo, q1_hi, n), np.linspace(lo, hi, n)
+            border_q1 = np.concatenate([a1, np.full(n, q1_hi), a1[::-1], np.full(n, q1_lo)])
+            border_q2 = np.concatenate([np.full(n, lo), a2, np.full(n, hi), a2[::-1]])
+            outlines[elbow] = self._forward_many(border_q1, border_q2)
+        return ScaraWorkspace(points, outlines)

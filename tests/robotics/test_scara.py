@@ -163,3 +163,68 @@ def test_fail__inverse_rejects_an_elbow_other_than_plus_or_minus_one(name, elbow
 
 def test_errors_are_value_errors_so_one_handler_can_map_them():
     assert issubclass(Unreachable, ValueError) and issubclass(Singular, ValueError)
+
+
+# ---- workspace -------------------------------------------------------------------------------
+
+
+def _inside(polygon: np.ndarray, p) -> bool:
+    """Nonzero winding rule (the fill rule the outline is drawn with)."""
+    x, y = p
+    (x0, y0), (x1, y1) = polygon.T, np.roll(polygon, -1, axis=0).T
+    cross = (x1 - x0) * (y - y0) - (x - x0) * (y1 - y0)
+    up = (y0 <= y) & (y < y1) & (cross > 0)
+    down = (y1 <= y) & (y < y0) & (cross < 0)
+    return int(up.sum()) - int(down.sum()) != 0
+
+
+LIMITED = Scara(0.3, 0.2, q_min=(-math.pi / 2, -2.5), q_max=(math.pi / 2, 2.5))
+
+
+def test_workspace_points_are_forward_kinematics_of_a_grid_over_the_limits():
+    ws = LIMITED.workspace(n=16)
+    assert ws.points.shape == (256, 2)
+    q1, q2 = np.meshgrid(np.linspace(-math.pi / 2, math.pi / 2, 16), np.linspace(-2.5, 2.5, 16))
+    expected = np.array([LIMITED.forward(q) for q in zip(q1.ravel(), q2.ravel())])
+    assert np.allclose(ws.points, expected)
+
+
+def test_workspace_outline_of_each_elbow_contains_exactly_what_that_elbow_reaches():
+    ws = LIMITED.workspace(n=200)
+    assert sorted(ws.outlines) == [-1, 1]
+    rng = np.random.default_rng(3)
+    checked = {+1: [0, 0], -1: [0, 0]}
+    for p in rng.uniform(-0.55, 0.55, size=(1500, 2)):
+        for elbow, outline in ws.outlines.items():
+            try:
+                LIMITED.inverse(p, elbow=elbow)
+                reachable = True
+            except Unreachable:
+                reachable = False
+            # the polygon is a sampled curve: skip points within 5 mm of its edge
+            if min(np.hypot(*(outline - p).T)) < 0.005:
+                continue
+            assert _inside(outline, p) == reachable, (elbow, p)
+            checked[elbow][reachable] += 1
+    assert min(min(c) for c in checked.values()) > 50  # both answers seen for both elbows
+
+
+def test_workspace_without_limits_fills_the_annulus():
+    ws = ARM.workspace(n=128)
+    r = np.hypot(*ws.points.T)
+    assert r.min() == pytest.approx(0.1, abs=1e-3) and r.max() == pytest.approx(0.5, abs=1e-3)
+    outline = ws.outlines[1]
+    assert _inside(outline, (0.3, 0.01)) and _inside(outline, (-0.2, -0.2))
+    assert not _inside(outline, (0.05, 0.01)) and not _inside(outline, (0.45, 0.3))
+
+
+def test_workspace_leaves_out_an_elbow_the_limits_exclude():
+    arm = Scara(0.3, 0.2, q_min=(-1.0, 0.2), q_max=(1.0, 2.0))
+    assert sorted(arm.workspace(n=8).outlines) == [1]
+    assert sorted(Scara(0.3, 0.2, q_min=(-1.0, -2.0), q_max=(1.0, -0.2)).workspace(n=8).outlines) == [-1]
+
+
+@pytest.mark.parametrize("n", [1, 0, 5000, 2.5, True, "8"])
+def test_fail__workspace_rejects_sample_count(n):
+    with pytest.raises(ValueError, match="n must be"):
+        ARM.workspace(n=n)
