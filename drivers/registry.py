@@ -13,6 +13,8 @@ from drivers.errors import DriverError
 
 DRIVERS: dict[str, str] = {
     "sim": "drivers.sim:SimDriver",
+    "sim-scara": "drivers.sim_scara:ScaraSimDriver",
+    "sim-stewart": "drivers.sim_stewart:StewartSimDriver",
 }
 
 CAMERAS: dict[str, str] = {
