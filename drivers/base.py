@@ -120,11 +120,16 @@ class Driver(abc.ABC):
     #: the highest and lowest sampling rates this driver supports
     max_rate_hz: ClassVar[float] = 1000.0
     min_rate_hz: ClassVar[float] = 0.1
+    #: driver-clock seconds per host second (the simulator may run faster than real time) and the
+    #: longest step one read covers; estimators integrate on the driver's clock
+    time_scale: float = 1.0
+    max_read_dt_s: float = math.inf
 
     def __init__(self) -> None:
         self._state = DriverState.CLOSED
         self._output_lock = threading.Lock()
         self.dropped_writes = 0
+        self._halts = 0
         self._acquisition = Acquisition(100.0, ())
 
     @classmethod
@@ -157,8 +162,11 @@ class Driver(abc.ABC):
             raise DriverStateError(f"{self.name}: cannot activate a closed driver")
         if self._state is DriverState.ACTIVE:
             return
+        halts = self._halts
         self._activate()
         with self._output_lock:
+            if self._halts != halts:  # a halt arrived while the drive was being enabled: it wins
+                return
             self._state = DriverState.ACTIVE
 
     def deactivate(self) -> None:
@@ -221,6 +229,7 @@ class Driver(abc.ABC):
         """Zero every output now and stay halted until :meth:`activate`. Never raises; any thread."""
         try:
             with self._output_lock:
+                self._halts += 1
                 if self._state is DriverState.ACTIVE:
                     self._state = DriverState.INACTIVE
                 self._halt()
@@ -292,6 +301,10 @@ class Driver(abc.ABC):
     # optional ------------------------------------------------------------
     def health(self) -> dict[str, Any]:
         """Link counters for telemetry (bytes in/out, invalid frames, timeouts, rtt …); ``{}`` if none."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """Extra description for ``GET /api/robot`` (the simulator gives its world); ``{}`` if none."""
         return {}
 
     def camera_source(self, settings: Mapping[str, Any]):  # -> drivers.camera.base.CameraSource | None

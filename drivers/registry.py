@@ -19,6 +19,7 @@ DRIVERS: dict[str, str] = {
 
 CAMERAS: dict[str, str] = {
     "opencv": "drivers.camera.opencv:OpenCvCamera",
+    "sim": "drivers.camera.sim:SimCamera",
 }
 
 

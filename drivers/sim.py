@@ -478,6 +478,10 @@ class SimDriver(Driver):
         roll, pitch = sim.attitude
         return {"x": sim.x, "y": sim.y, "z": sim.z, "yaw": sim.yaw, "pitch": pitch, "roll": roll, "t": sim.sim_time_s}
 
+    def describe(self) -> dict[str, Any]:
+        """The simulated world, for the dashboard's map."""
+        return {"world": dict(self._world_cfg)}
+
     def camera_source(self, settings: Mapping[str, Any]):
         """A first-person camera rendered from this simulator's world and the rover's true pose."""
         from drivers.camera.sim import SimCamera

@@ -1,7 +1,8 @@
-"""Operator commands, validated once and dispatched to the control loop.
+"""Operator commands as typed structs, validated once at the gateway's edge and again in the runtime.
 
-HTTP routes and the telemetry websocket both go through :func:`execute`, so the
-two surfaces accept exactly the same commands with exactly the same checks.
+HTTP routes and the telemetry websocket parse with the same functions, so the two
+surfaces accept exactly the same commands with exactly the same checks; the runtime
+converts the parameters it receives with the same structs and checks its own limits.
 """
 
 from __future__ import annotations
@@ -9,16 +10,42 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from server.control_loop import ControlLoop
-from server.controller import Limits
-from server.errors import ApiError, ConflictError, ValidationError
-from server.safety import Refused
-from server.validation import MAX_BODY_BYTES, number, parse_object, reject_unknown
+import msgspec
+
+from server.errors import ApiError
+from server.validation import MAX_BODY_BYTES, check_range, convert, parse_object, reject_unknown
 
 COMMANDS = ("start", "stop", "estop", "reset", "heartbeat", "speed")
-ENVELOPE = {"type", "id"}
+ENVELOPE = ("type", "id")
 MAX_REASON = 200
 _ESTOP_TYPE = re.compile(rb'"type"\s*:\s*"estop"')
+
+
+class Speed(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /api/speed`` and the websocket's ``speed``: a rover setpoint and its time-to-live."""
+
+    linear: float
+    angular: float
+    ttl_s: float | None = None
+
+    def check(self, limits: dict[str, Any]) -> "Speed":
+        """Against the robot's limits as ``GET /api/robot`` describes them."""
+        lo, hi = limits["linear_m_s"]
+        check_range("linear", self.linear, lo, hi)
+        lo, hi = limits["angular_rad_s"]
+        check_range("angular", self.angular, lo, hi)
+        if self.ttl_s is not None:
+            check_range("ttl_s", self.ttl_s, 0.001, limits["ttl_max_s"])
+        return self
+
+
+def parse_speed(body: dict[str, Any], limits: dict[str, Any], envelope: tuple[str, ...] = ()) -> Speed:
+    return convert(body, Speed, also_allowed=envelope).check(limits)
+
+
+def parse_bare(body: dict[str, Any], envelope: tuple[str, ...] = ()) -> None:
+    """start, stop, reset, heartbeat take no fields."""
+    reject_unknown(body, envelope)
 
 
 def looks_like_estop(raw: bytes | str) -> bool:
@@ -50,39 +77,7 @@ def estop_reason(raw: bytes | str) -> tuple[str, str | None]:
     warning = None
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         reason, warning = "", f"reason replaced: it must be a string of at most {MAX_REASON} characters"
-    unknown = sorted(k for k in body if k not in {"reason"} | ENVELOPE)
+    unknown = sorted(str(k) for k in body if k not in ("reason", *ENVELOPE))
     if unknown:
-        warning = (warning + "; " if warning else "") + f"unknown field(s) ignored: {', '.join(map(str, unknown))}"
+        warning = (warning + "; " if warning else "") + f"unknown field(s) ignored: {', '.join(unknown)}"
     return reason, warning
-
-
-def parse_speed(body: dict[str, Any], limits: Limits, envelope: set[str] = ENVELOPE) -> tuple[float, float, float | None]:
-    reject_unknown(body, {"linear", "angular", "ttl_s"} | envelope)
-    linear = number(body, "linear", -limits.linear_m_s, limits.linear_m_s)
-    angular = number(body, "angular", -limits.angular_rad_s, limits.angular_rad_s)
-    ttl = number(body, "ttl_s", 0.001, limits.ttl_max_s, required=False)
-    return linear, angular, ttl
-
-
-def execute(loop: ControlLoop, limits: Limits, name: str, body: dict[str, Any], source: str = "http") -> str:
-    """Run one command; returns the state after. Raises ValidationError / ConflictError.
-    ``source`` ("http", "websocket") is shown with the setpoint it sets."""
-    envelope = ENVELOPE if source == "websocket" else set()  # HTTP bodies have no type/id
-    try:
-        if name == "speed":
-            linear, angular, ttl = parse_speed(body, limits, envelope)
-            return loop.set_speed(linear, angular, ttl, source)
-        reject_unknown(body, envelope)
-        if name == "start":
-            return loop.start_robot()
-        if name == "stop":
-            return loop.stop_robot()
-        if name == "reset":
-            return loop.reset()
-        if name == "heartbeat":
-            return loop.heartbeat()
-    except Refused as r:
-        err = ConflictError(r.message, code=r.code)
-        err.details = r.details
-        raise err from None
-    raise ValidationError(f"unknown command {name!r}; known: {', '.join(COMMANDS)}", code="unknown_command")

@@ -1,12 +1,15 @@
-"""The server's error tree and the one place that maps it to HTTP.
+"""The error tree shared by the runtime and the gateway; the gateway maps it to HTTP in one place
+(:mod:`server.gateway.http`).
 
 Every error response is ``{"error": {"code": str, "message": str}}`` with a 4xx;
-websocket errors carry the same object in ``{"type": "error", "error": {...}}``.
+websocket errors carry the same object in ``{"type": "error", "error": {...}}``; the
+runtime API carries it in a response's ``error`` field with the status, so an error
+raised in the runtime reaches the browser unchanged.
 """
 
 from __future__ import annotations
 
-from aiohttp import web
+from typing import Any
 
 
 class ApiError(Exception):
@@ -15,16 +18,30 @@ class ApiError(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None) -> None:
+    def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
+                 details: Any = None) -> None:
         super().__init__(message)
         self.message = message
+        self.details = details
         if code is not None:
             self.code = code
         if status is not None:
             self.status = status
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message}
+
+    def to_wire(self) -> dict[str, Any]:
+        """The form the runtime API carries (status and details included)."""
+        out = {"code": self.code, "message": self.message, "status": self.status}
+        if self.details is not None:
+            out["details"] = self.details
+        return out
+
+    @classmethod
+    def from_wire(cls, obj: dict[str, Any]) -> "ApiError":
+        return cls(str(obj.get("message", "")), code=str(obj.get("code", "bad_request")),
+                   status=int(obj.get("status", 400)), details=obj.get("details"))
 
 
 class ValidationError(ApiError):
@@ -53,19 +70,8 @@ class NotFoundError(ApiError):
     code = "not_found"
 
 
-def error_response(err: ApiError) -> web.Response:
-    return web.json_response({"error": err.to_json()}, status=err.status)
+class RuntimeDownError(ApiError):
+    """The robot runtime process is not connected (it died and is being restarted)."""
 
-
-@web.middleware
-async def error_middleware(request: web.Request, handler):
-    """Map :class:`ApiError` and aiohttp's own HTTP errors to the JSON error shape."""
-    try:
-        return await handler(request)
-    except ApiError as err:
-        return error_response(err)
-    except web.HTTPException as exc:
-        if exc.status < 400 or exc.content_type == "application/json":
-            raise
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(exc.status, "http_error")
-        return web.json_response({"error": {"code": code, "message": exc.reason}}, status=exc.status)
+    status = 503
+    code = "runtime_down"

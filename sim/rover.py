@@ -56,6 +56,7 @@ import numpy as np
 from robotics.estimation.attitude import rotation_zyx  # re-exported: R_world_body of the rover's attitude
 from sim.battery import Battery, BatteryParams
 from sim.world import World
+from robotics.angles import wrap_pi
 
 logger = logging.getLogger(__name__)
 
@@ -223,8 +224,6 @@ def _arc(x: float, y: float, yaw: float, ds: float, dth: float) -> tuple[float, 
     return x + chord * math.cos(yaw + half), y + chord * math.sin(yaw + half), yaw + dth
 
 
-def _wrap(angle: float) -> float:
-    return (angle + math.pi) % (2.0 * math.pi) - math.pi
 
 
 @dataclass(frozen=True)
@@ -447,7 +446,7 @@ class RoverSim:
             raise ValueError("teleport: pose must be finite")
         if self.world.inside_obstacle(x, y) or self._footprint_hit(x, y, yaw, 0.0)[0]:
             raise ValueError(f"teleport: the footprint at ({x:.3f}, {y:.3f}) touches an obstacle")
-        self._x, self._y, self._yaw = x, y, _wrap(yaw)
+        self._x, self._y, self._yaw = x, y, wrap_pi(yaw)
         self._w = [0.0, 0.0]
         self.collided = False
 
@@ -506,7 +505,7 @@ class RoverSim:
             x1, y1, yaw1 = _arc(x0, y0, yaw0, ds_h * frac, dth * frac)
             w1 = [0.0, 0.0]
         self._integrate_z(x0, y0, x1, y1)
-        self._x, self._y, self._yaw = x1, y1, _wrap(yaw1)
+        self._x, self._y, self._yaw = x1, y1, wrap_pi(yaw1)
         self._phi = [self._phi[0] + dphi[0] * frac, self._phi[1] + dphi[1] * frac]
         self._w = w1
 

@@ -119,6 +119,12 @@ class CameraSource(abc.ABC):
         self._settings = new
         return new
 
+    @classmethod
+    def from_context(cls, settings: Mapping[str, Any], context: Mapping[str, Any]) -> "CameraSource":
+        """Build from the ``[video]`` settings; ``context`` carries what a camera bound to the robot needs
+        (the simulator's camera: ``world`` and ``pose``). Plain cameras ignore it."""
+        return cls(settings)
+
     def describe(self) -> dict[str, Any]:
         """What the status page shows about the source (name, device, …)."""
         return {"name": self.name}

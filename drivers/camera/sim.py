@@ -71,6 +71,23 @@ class SimCamera(CameraSource):
         self._worker: mp.process.BaseProcess | None = None
         self._conn = None
 
+    @classmethod
+    def from_context(cls, settings: Mapping[str, Any], context: Mapping[str, Any]) -> "SimCamera":
+        """``context``: ``world`` (the ``[sim.world]`` table, as ``GET /api/robot`` describes it) and
+        ``pose`` (a callable returning the latest true pose, e.g. from the runtime's snapshots)."""
+        if "pose" not in context:
+            raise ValueError("the sim camera needs the robot's pose (a simulated robot)")
+        world_cfg = context.get("world")
+        if callable(world_cfg):  # known once the robot is described (the runtime connected)
+            world_cfg = world_cfg()
+        if world_cfg is None:
+            raise CameraError("sim camera: the simulated world is not known yet (is the robot runtime up?)")
+        try:
+            world = World.from_config(world_cfg)
+        except (KeyError, TypeError, ValueError) as err:
+            raise CameraError(f"sim camera: the world does not build: {err}") from err
+        return cls(settings, world, context["pose"], np.random.default_rng(int(context.get("seed", 0))))
+
     def _make_intrinsics(self, s: CameraSettings) -> CameraIntrinsics:
         try:
             return CameraIntrinsics(s.width, s.height, self.hfov_rad, self.noise_sigma)

@@ -21,9 +21,11 @@ local field in tesla). Rotated soft iron (cross-axis terms) is not modelled.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["fit_ellipsoid", "apply"]
+__all__ = ["apply", "fit_ellipsoid", "fit_horizontal_ellipse", "fit_magnetometer"]
 
 
 def fit_ellipsoid(samples, field_strength: float | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -94,3 +96,43 @@ def apply(samples, offset, scale) -> np.ndarray:
     [1.0, 0.0, 0.0]
     """
     return (np.asarray(samples, dtype=float) - np.asarray(offset, dtype=float)) * np.asarray(scale, dtype=float)
+
+
+def fit_magnetometer(samples_ut) -> dict[str, Any]:
+    """Hard-iron offset and per-axis scale from raw (N, 3) readings (µT).
+
+    A rover turning in place on level ground only sweeps a horizontal circle of the
+    field: the z reading barely changes, and the 3D ellipsoid fit
+    (:func:`robotics.estimation.magcal.fit_ellipsoid`) is then rank-deficient. So when
+    z spreads less than a fifth of the horizontal radius the horizontal ellipse is
+    fitted (z offset 0, z scale 1: a level turn cannot see them; they hardly matter
+    for the heading of a level robot), otherwise the full ellipsoid.
+
+    >>> t = np.linspace(0.0, 4.0 * np.pi, 200)
+    >>> raw = np.column_stack([5.0 + 26.0 * np.cos(t), -3.0 + 24.0 * np.sin(t), np.full(t.size, -43.0)])
+    >>> cal = fit_magnetometer(raw)
+    >>> cal["method"], [round(v, 3) for v in cal["offset_ut"]], round(cal["scale"][0] * 26.0, 3)
+    ('horizontal_ellipse', [5.0, -3.0, 0.0], 24.98)
+    """
+    m = np.asarray(samples_ut, dtype=float).reshape(-1, 3)
+    m = m[np.all(np.isfinite(m), axis=1)]
+    if len(m) < 8:
+        raise ValueError(f"too few magnetometer samples ({len(m)})")
+    xy_radius = float(np.sqrt(np.mean(np.sum((m[:, :2] - m[:, :2].mean(axis=0)) ** 2, axis=1))))
+    z_spread = float(np.std(m[:, 2]))
+    if z_spread < 0.2 * xy_radius:
+        centre, semi = fit_horizontal_ellipse(m[:, :2])
+        radius = float(np.sqrt(semi[0] * semi[1]))
+        offset = np.array([centre[0], centre[1], 0.0])
+        scale = np.array([radius / semi[0], radius / semi[1], 1.0])
+        calibrated = (m[:, :2] - centre) * scale[:2]
+        norms = np.linalg.norm(calibrated, axis=1)
+        method = "horizontal_ellipse"
+    else:
+        offset, scale = fit_ellipsoid(m)
+        norms = np.linalg.norm((m - offset) * scale, axis=1)
+        radius = float(np.median(norms))
+        method = "ellipsoid"
+    return {"offset_ut": [float(v) for v in offset], "scale": [float(v) for v in scale], "method": method,
+            "samples": int(len(m)), "radius_ut": round(radius, 4),
+            "residual_rms_ut": round(float(np.sqrt(np.mean((norms - radius) ** 2))), 4)}

@@ -31,12 +31,11 @@ import math
 import numpy as np
 
 from robotics.kinematics.diffdrive import integrate_twist
+from robotics.angles import wrap_pi
 
 __all__ = ["PoseEstimator"]
 
 
-def _wrap(angle: float) -> float:
-    return (angle + math.pi) % math.tau - math.pi
 
 
 class PoseEstimator:
@@ -88,7 +87,7 @@ class PoseEstimator:
         ):
             if not value > 0.0:
                 raise ValueError(f"{name} must be positive, got {value}")
-        self.state = np.array([float(x), float(y), _wrap(float(yaw))])
+        self.state = np.array([float(x), float(y), wrap_pi(float(yaw))])
         self.covariance = np.diag(
             [initial_position_sigma_m**2, initial_position_sigma_m**2, initial_yaw_sigma_rad**2]
         )
@@ -152,7 +151,7 @@ class PoseEstimator:
         s = h @ self.covariance @ h.T + r
         k = self.covariance @ h.T @ np.linalg.inv(s)
         self.state = self.state + k @ innovation
-        self.state[2] = _wrap(float(self.state[2]))
+        self.state[2] = wrap_pi(float(self.state[2]))
         # Joseph form: stays symmetric positive definite whatever the rounding.
         i_kh = np.eye(3) - k @ h
         self.covariance = i_kh @ self.covariance @ i_kh.T + k @ r @ k.T
@@ -201,7 +200,7 @@ class PoseEstimator:
         p = self.covariance
         s = float(p[2, 2]) + sigma * sigma
         k = p[:, 2] / s
-        self.state = self.state + k * _wrap(float(yaw) - float(self.state[2]))
-        self.state[2] = _wrap(float(self.state[2]))
+        self.state = self.state + k * wrap_pi(float(yaw) - float(self.state[2]))
+        self.state[2] = wrap_pi(float(self.state[2]))
         p = p - np.outer(k, k) * s
         self.covariance = 0.5 * (p + p.T)

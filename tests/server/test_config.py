@@ -15,9 +15,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_ok__default_profile_loads() -> None:
     cfg = load_config(REPO / "config" / "rover-sim.toml")
-    assert cfg["robot"]["profile"] == "rover"
-    assert cfg["loop"]["rate_hz"] == 100.0
-    assert any(r["channel"] == "range_front_m" for r in cfg["safety"]["rules"])
+    assert cfg.robot.profile == "rover"
+    assert cfg.loop.rate_hz == 100.0
+    assert any(r.channel == "range_front_m" for r in cfg.safety.rules)
 
 
 @pytest.mark.parametrize(

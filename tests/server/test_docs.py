@@ -2,39 +2,46 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
-from server.app import create_app
-from server.config import ANY_TABLE, SCHEMA, load_config
+import msgspec
+
+from server.config import TABLES, load_config, table_class
+from server.gateway.app import create_app
+from server.gateway.runtime_client import RuntimeClient
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def leaf_keys(schema: dict, prefix: str = "") -> list[str]:
+def leaf_keys(cls: type, prefix: str = "") -> list[str]:
     out = []
-    for key, spec in schema.items():
-        if isinstance(spec, dict):
-            out += leaf_keys(spec, f"{prefix}{key}.")
-        elif isinstance(spec, list):
-            out.append(prefix + key)
-            out += leaf_keys(spec[0], "")
-        elif spec is ANY_TABLE:
-            out.append(prefix + key)
-        else:
-            out.append(key)
+    cls = getattr(cls, "struct_type", cls)
+    for f in msgspec.structs.fields(cls):
+        key = f"{prefix}{f.encode_name}"
+        out.append(key)
+        for arg in typing.get_args(f.type) or (f.type,):  # list[Rule] → Rule's keys too
+            if isinstance(arg, type) and issubclass(arg, msgspec.Struct):
+                out += leaf_keys(arg, key + ".")
     return out
+
+
+def test_the_key_scan_finds_nested_keys() -> None:
+    keys = [k for name in TABLES for k in leaf_keys(table_class(name), name + ".")]
+    assert "safety.rules.when" in keys and "loop.max_stall_s" in keys and "video.max_viewers" in keys
 
 
 def test_configuration_doc_names_every_key() -> None:
     text = (REPO / "docs" / "configuration.md").read_text()
-    missing = [k for k in leaf_keys(SCHEMA) if f"`{k.rsplit('.', 1)[-1]}" not in text and f"{k}" not in text]
+    keys = [k for name in TABLES for k in leaf_keys(table_class(name), name + ".")]
+    missing = [k for k in keys if f"`{k.rsplit('.', 1)[-1]}" not in text and k not in text]
     assert not missing, f"undocumented config keys: {missing}"
 
 
 def test_api_doc_names_every_route() -> None:
     text = (REPO / "docs" / "api.md").read_text() + (REPO / "docs" / "video.md").read_text()
     cfg = load_config(REPO / "config" / "rover-sim.toml")
-    app = create_app(cfg)
+    app = create_app(cfg, RuntimeClient("/nonexistent"))
     routes = {r.resource.canonical for r in app.router.routes() if r.resource is not None}
     skip = {"/", "/static"}
     missing = sorted(r for r in routes if r not in skip and not r.startswith("/api/debug") and r not in text)

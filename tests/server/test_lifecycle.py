@@ -23,11 +23,12 @@ def test_one_long_stall_is_its_own_trigger(server: ServerProc) -> None:
     drive(server, 0.3)
     with Heartbeat(server, 0.05):
         wait_until(lambda: moving(server), 5, "rover moving")
-        os.kill(server.proc.pid, signal.SIGSTOP)
+        runtime_pid = server.get("/api/telemetry")[1]["runtime"]["pid"]  # the process with the control loop
+        os.kill(runtime_pid, signal.SIGSTOP)
         try:
             time.sleep(2.0)  # the freeze under test, not a wait for a condition
         finally:
-            os.kill(server.proc.pid, signal.SIGCONT)
+            os.kill(runtime_pid, signal.SIGCONT)
         wait_until(lambda: server.state()["state"] == "estop", 10, "e-stop after the stall")
     cause = server.state()["cause"]
     assert cause["trigger"] == "stall", cause

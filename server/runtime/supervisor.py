@@ -22,7 +22,11 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal, NamedTuple
+
+from msgspec import Meta
+
+from server.config import Table
 
 
 class State(str, enum.Enum):
@@ -88,21 +92,37 @@ class Event:
         }
 
 
-@dataclass(frozen=True)
-class Rule:
+class Motion(NamedTuple):
+    """How the robot moves, for rules gated on motion: the controller says (commanded or measured,
+    whichever is larger); ``forward`` is the signed speed along the robot's forward axis (0 for
+    robots without one)."""
+
+    moving: bool = False
+    forward: float = 0.0
+
+
+STILL = Motion()
+
+When = Literal["always", "moving", "moving_forward", "moving_backward", "running"]
+
+
+class Rule(Table):
     """A critical condition on one channel, from ``[[safety.rules]]``."""
 
     name: str
     channel: str
-    below: float | None
-    above: float | None
-    when: str
-    category: int
-    message: str
+    below: float | None = None
+    above: float | None = None
+    when: When = "always"
+    category: Literal[0, 1, 2] = 0
+    message: str = ""
 
-    @classmethod
-    def from_config(cls, d: dict[str, Any]) -> "Rule":
-        return cls(d["name"], d["channel"], d["below"], d["above"], d["when"], d["category"], d["message"])
+    def __post_init__(self) -> None:
+        if (self.below is None) == (self.above is None):
+            raise ValueError("needs exactly one of 'below' or 'above'")
+        if not self.message:
+            op, thr = ("<", self.below) if self.below is not None else (">", self.above)
+            self.message = f"{self.channel} {op} {thr:g}"
 
     def crossed(self, value: float | None) -> bool:
         """True when ``value`` is on the wrong side of the threshold (a missing value is not a crossing;
@@ -113,46 +133,39 @@ class Rule:
             return True
         return self.above is not None and value > self.above
 
-    def applies(self, state: State, linear: float, angular: float) -> bool:
-        """Whether the rule's ``when`` condition holds for the motion ``linear`` m/s, ``angular`` rad/s."""
+    def applies(self, state: State, motion: Motion) -> bool:
+        """Whether the rule's ``when`` condition holds in ``state`` for ``motion``."""
         eps = 1e-3
         if self.when == "always":
             return True
         if self.when == "running":
             return state in (State.RUNNING, State.STOPPING)
         if self.when == "moving":
-            return abs(linear) > eps or abs(angular) > eps
+            return motion.moving
         if self.when == "moving_forward":
-            return linear > eps
-        if self.when == "moving_backward":
-            return linear < -eps
-        return True
+            return motion.forward > eps
+        return motion.forward < -eps  # moving_backward
 
 
-@dataclass
-class SafetyConfig:
-    command_timeout_s: float = 0.5
-    link_loss_category: int = 1
-    operator_estop_category: int = 0
-    overrun_category: int = 0
-    sensor_stale_s: float = 0.5
-    max_consecutive_overruns: int = 10
-    max_stall_s: float = 0.05
-    rules: tuple[Rule, ...] = ()
+class SafetyConfig(Table):
+    """The ``[safety]`` table."""
 
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> "SafetyConfig":
-        s = cfg["safety"]
-        return cls(
-            command_timeout_s=s["command_timeout_s"],
-            link_loss_category=s["link_loss_category"],
-            operator_estop_category=s["operator_estop_category"],
-            overrun_category=s["overrun_category"],
-            sensor_stale_s=s["sensor_stale_s"],
-            max_consecutive_overruns=cfg["loop"]["max_consecutive_overruns"],
-            max_stall_s=cfg["loop"]["max_stall_s"],
-            rules=tuple(Rule.from_config(r) for r in s["rules"]),
-        )
+    command_timeout_s: Annotated[float, Meta(ge=0.01, le=60.0)] = 0.5
+    link_loss_category: Literal[0, 1, 2] = 1
+    operator_estop_category: Literal[0, 1, 2] = 0
+    overrun_category: Literal[0, 1, 2] = 0
+    sensor_stale_s: Annotated[float, Meta(ge=0.001, le=60.0)] = 0.5
+    rules: list[Rule] = []
+
+
+class OutputMode(enum.Enum):
+    """How the outputs must be driven; the supervisor owns the choice, the loop applies it."""
+
+    TRACK = "track"  # follow the setpoint
+    RAMP = "ramp"  # controlled stop: ramp to zero (category 1 cuts once at zero)
+    HOLD = "hold"  # zero, energised (category 2)
+    CUT = "cut"  # halt the outputs (category 0, faults)
+    IDLE = "idle"  # nothing to drive: outputs off
 
 
 @dataclass
@@ -166,8 +179,7 @@ class Inputs:
     overrun: bool = False
     late_s: float = 0.0  # how late this tick started after its deadline
     sample_t: dict[str, float] | None = None  # host time each value was sampled (derived channels: oldest input)
-    linear: float = 0.0  # motion measured or commanded, whichever is larger in magnitude
-    angular: float = 0.0
+    motion: Motion = STILL  # from the controller: commanded or measured, whichever is larger
     stopped: bool = True  # the ramped command has reached zero
 
 
@@ -178,8 +190,10 @@ def _age_text(age_s: float) -> str:
 class Supervisor:
     """Owns the state; decides when to stop. Not thread-safe: callers hold the control loop's lock."""
 
-    def __init__(self, config: SafetyConfig) -> None:
+    def __init__(self, config: SafetyConfig, max_consecutive_overruns: int = 10, max_stall_s: float = 0.1) -> None:
         self.cfg = config
+        self.max_consecutive_overruns = max_consecutive_overruns
+        self.max_stall_s = max_stall_s
         self.state = State.IDLE
         self.cause: Cause | None = None
         self.last_command_t = -math.inf
@@ -210,14 +224,14 @@ class Supervisor:
         self.cause = Cause(trigger.value, message, now, category, dict(values or {}), rule)
         self._transition(now, State.ESTOP, trigger.value, message, values=values)
 
-    def active_rules(self, linear: float = 0.0, angular: float = 0.0, values: dict[str, float] | None = None,
+    def active_rules(self, motion: Motion = STILL, values: dict[str, float] | None = None,
                      state: State | None = None) -> list[tuple[Rule, float]]:
         vals = self.last_values if values is None else values
         st = self.state if state is None else state
         out = []
         for rule in self.cfg.rules:
             v = vals.get(rule.channel)
-            if rule.applies(st, linear, angular) and rule.crossed(v):
+            if rule.applies(st, motion) and rule.crossed(v):
                 out.append((rule, v))
         return out
 
@@ -253,7 +267,7 @@ class Supervisor:
             failed.append(f"sensor data stale ({age:.3g} s old, limit {self.cfg.sensor_stale_s:g} s)")
         for channel, ch_age in self.stale_channels(now):
             failed.append(f"rule channel {channel} is stale ({_age_text(ch_age)}, limit {self.cfg.sensor_stale_s:g} s)")
-        for rule, v in self.active_rules(0.0, 0.0, state=State.RUNNING):
+        for rule, v in self.active_rules(state=State.RUNNING):
             failed.append(f"rule {rule.name} active: {rule.message} ({rule.channel}={v:.4g})")
         return failed
 
@@ -309,7 +323,7 @@ class Supervisor:
         for channel, age in self.stale_channels(now):
             return f"rule channel {channel} is stale ({_age_text(age)})"
         if self.cause is not None and self.cause.trigger == Trigger.RULE.value:
-            for rule, v in self.active_rules(0.0, 0.0, state=State.RUNNING):
+            for rule, v in self.active_rules(state=State.RUNNING):
                 return f"rule {rule.name} still active: {rule.message} ({rule.channel}={v:.4g})"
         return None
 
@@ -321,15 +335,15 @@ class Supervisor:
             return "conflict", f"driver fault ({self.driver_error}); reset, then start"
         return "not_running", f"robot is {self.state.value}; start it first"
 
-    def check_speed(self, now: float, linear: float, angular: float) -> None:
-        """Refuse a setpoint the state forbids, or one that would trip a rule at once."""
+    def check_motion(self, now: float, motion: Motion) -> None:
+        """Refuse a setpoint the state forbids, or one whose ``motion`` would trip a rule at once."""
         if self.state is not State.RUNNING:
             raise Refused(*self.not_running_reason())
-        for rule, v in self.active_rules(linear, angular):
+        for rule, v in self.active_rules(motion):
             raise Refused("conflict", f"refused: rule {rule.name} would trip: {rule.message} ({rule.channel}={v:.4g})")
         for rule in self.cfg.rules:
             age = now - self.fresh_t.get(rule.channel, -math.inf)
-            if age > self.cfg.sensor_stale_s and rule.applies(self.state, linear, angular):
+            if age > self.cfg.sensor_stale_s and rule.applies(self.state, motion):
                 raise Refused("conflict", f"refused: rule {rule.name} cannot be checked: {rule.channel} is stale "
                               f"({_age_text(age)})")
 
@@ -362,11 +376,11 @@ class Supervisor:
 
         # loop overruns, and one long stall (a frozen process, a page fault storm) on its own
         self.consecutive_overruns = self.consecutive_overruns + 1 if inp.overrun else 0
-        if moving and inp.late_s > self.cfg.max_stall_s:
+        if moving and inp.late_s > self.max_stall_s:
             self._latch(now, Trigger.STALL, f"control loop stalled: a tick {inp.late_s:.3f} s late "
-                        f"(limit {self.cfg.max_stall_s:g} s)", self.cfg.overrun_category,
+                        f"(limit {self.max_stall_s:g} s)", self.cfg.overrun_category,
                         {"late_s": round(inp.late_s, 4)})
-        if self.consecutive_overruns >= self.cfg.max_consecutive_overruns and moving:
+        if self.consecutive_overruns >= self.max_consecutive_overruns and moving:
             self._latch(now, Trigger.OVERRUN, f"{self.consecutive_overruns} consecutive control-loop overruns",
                         self.cfg.overrun_category, {"consecutive": self.consecutive_overruns})
 
@@ -374,7 +388,7 @@ class Supervisor:
         if self.state in (State.RUNNING, State.STOPPING):
             for rule in self.cfg.rules:
                 age = now - self.fresh_t.get(rule.channel, -math.inf)
-                if age > self.cfg.sensor_stale_s and rule.applies(self.state, inp.linear, inp.angular):
+                if age > self.cfg.sensor_stale_s and rule.applies(self.state, inp.motion):
                     self._latch(now, Trigger.SENSOR_STALE,
                                 f"{rule.channel} is stale ({_age_text(age)}, limit {self.cfg.sensor_stale_s:g} s): "
                                 f"rule {rule.name} cannot be checked",
@@ -385,13 +399,13 @@ class Supervisor:
 
         # critical rules
         if self.state is not State.FAULT:
-            for rule, v in self.active_rules(inp.linear, inp.angular, inp.values):
+            for rule, v in self.active_rules(inp.motion, inp.values):
                 if self.state is State.ESTOP:
                     break
                 if self.state is State.IDLE:
                     continue  # nothing moves: an active rule blocks start (pre-start check) instead
                 self._latch(now, Trigger.RULE, f"{rule.name}: {rule.message} ({rule.channel}={v:.4g})",
-                            rule.category, {rule.channel: v, "linear": inp.linear}, rule.name)
+                            rule.category, {rule.channel: v, "forward": inp.motion.forward}, rule.name)
 
         # link loss
         if self.state is State.RUNNING and now > self.link_deadline():
@@ -406,16 +420,15 @@ class Supervisor:
             self._transition(now, State.IDLE, "stopped", "controlled stop complete", kind="command")
         return self.state
 
-    def output_mode(self) -> str:
-        """How the controller must drive outputs: ``track`` setpoints, ``ramp`` to zero, ``hold`` zero
-        energised, or ``cut`` (halt)."""
+    def output_mode(self) -> OutputMode:
+        """How the outputs must be driven now (see :class:`OutputMode`)."""
         if self.state is State.RUNNING:
-            return "track"
+            return OutputMode.TRACK
         if self.state is State.STOPPING:
-            return "ramp"
+            return OutputMode.RAMP
         if self.state is State.ESTOP:
             cat = self.cause.category if self.cause else 0
-            return {0: "cut", 1: "ramp", 2: "hold"}[cat]
+            return (OutputMode.CUT, OutputMode.RAMP, OutputMode.HOLD)[cat]
         if self.state is State.FAULT:
-            return "cut"
-        return "idle"
+            return OutputMode.CUT
+        return OutputMode.IDLE

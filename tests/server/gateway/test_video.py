@@ -22,8 +22,8 @@ import websockets
 from aiohttp import web
 
 from drivers.camera.base import CameraError, CameraSource
-from server.errors import error_middleware
-from server.video import VideoService, camera_factory, setup_video, validate_video_settings
+from server.gateway.http import error_middleware
+from server.gateway.video import VideoService, camera_factory, setup_video, validate_video_settings
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -372,7 +372,7 @@ async def test_gives_up_after_retry_limit_and_retries_when_settings_change(video
 async def test_configuration_error_fails_without_retrying(video_server):
     srv = await video_server(camera_factory(None), source="sim")  # no driver, so no sim camera
     info = await until(lambda: _status_matches(srv, lambda st: st["state"] == "failed"), what="failed")
-    assert "has no camera" in info["status"]["error"]
+    assert "needs the robot's pose" in info["status"]["error"]
     assert info["counters"]["open_errors"] == 1
     async with srv.session.get(srv.url + "/api/video/snapshot.jpg") as r:
         assert r.status == 503 and r.content_type == "application/json"
@@ -392,7 +392,7 @@ async def test_configuration_error_fails_without_retrying(video_server):
         ({"quality": 101}, "out_of_limits"),
         ({"height": None}, "wrong_type"),
         ({"fps": 10, "colour": "red"}, "unknown_field"),
-        ('{"fps": 1e999}', "wrong_type"),
+        ('{"fps": 1e999}', "not_finite"),
         ('{"fps": 1' + "0" * 400 + "}", "out_of_limits"),
     ],
 )

@@ -3,7 +3,8 @@
 Body frame REP-103 (x forward, y left), drawn with x to the right and y up, in
 millimetres so the numbers in the file read as dimensions.
 
->>> svg = rover_svg({"robot": {"name": "R", "wheel_radius_m": 0.05, "track_m": 0.3}}, ["range_front_m"])
+>>> svg = rover_svg({"name": "R", "geometry": {"wheel_radius_m": 0.05, "track_m": 0.3},
+...                  "channels": [{"name": "range_front_m"}]})
 >>> svg.startswith("<svg") and 'class="wheel"' in svg and "front" in svg
 True
 """
@@ -11,14 +12,16 @@ True
 from __future__ import annotations
 
 from html import escape
-from typing import Any, Iterable
+from typing import Any
 
 BODY_LENGTH_M = 0.30  # drawing only; the simulator's collision box has the same default
 BODY_WIDTH_M = 0.25
 
 
-def rover_svg(cfg: dict[str, Any], channels: Iterable[str]) -> str:
-    r = cfg["robot"]
+def rover_svg(desc: dict[str, Any]) -> str:
+    """From the robot's description (``GET /api/robot``)."""
+    r = {"name": desc["name"], **desc["geometry"]}
+    channels = [c["name"] for c in desc.get("channels", [])]
     mm = 1000.0
     track = r["track_m"] * mm
     wheel_d = 2 * r["wheel_radius_m"] * mm

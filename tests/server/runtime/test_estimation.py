@@ -1,4 +1,4 @@
-"""server.estimation: the estimator stage on its own, on the sim driver over a long run (position
+"""server.runtime.estimation: the estimator stage on its own, on the sim driver over a long run (position
 error statistics), and in the real server (derived channels, the tilt rule on the steep ramp)."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ import math
 import numpy as np
 import pytest
 
-import server.estimation
-from server.app import build_driver
+import server.runtime.estimation
+from drivers.sim import SimDriver
 from server.config import DEFAULT_CONFIG, load_config
-from server.estimation import ACC, GYRO, MAG, EstimationStage, build_estimation
+from server.runtime.estimation import ACC, GYRO, MAG, EstimationStage, build_estimation
+from server.runtime.robot import build_driver
 from tests.conftest import ServerProc, wait_until
-from tests.server.test_heading import CLEAN_MAG, angle_error_deg, compass_deg
+from tests.server.runtime.test_heading import CLEAN_MAG, angle_error_deg, compass_deg
 from tests.server.test_stop_paths import Heartbeat
 
 PAPER_MEAN_M, PAPER_MAX_M = 0.0908, 0.23  # seeds/002: UWB + odometry on the real rover
@@ -22,7 +23,7 @@ DERIVED = ["roll_rad", "pitch_rad", "yaw_rad", "tilt_rad", "heading_deg", "est_x
 
 
 def test_docstring_examples() -> None:
-    assert doctest.testmod(server.estimation).failed == 0
+    assert doctest.testmod(server.runtime.estimation).failed == 0
 
 
 def level_values(yaw: float = 0.0, **extra: float) -> dict[str, float]:
@@ -100,8 +101,9 @@ def test_sources_keep_a_rules_inputs_acquired() -> None:
 
 def test_no_stage_without_an_imu() -> None:
     cfg = load_config(DEFAULT_CONFIG)
-    assert build_estimation(cfg, ["linear_m_s", "angular_rad_s"]) is None
-    assert build_estimation(load_config(DEFAULT_CONFIG, {"estimation": {"enabled": False}}), ACC + GYRO) is None
+    assert build_estimation(cfg, SimDriver({}, {"size_m": [6.0, 4.0]})) is None  # no [driver.imu]: no IMU
+    off = load_config(DEFAULT_CONFIG, {"estimation": {"enabled": False}})
+    assert build_estimation(off, build_driver(off)) is None
 
 
 # ---------------------------------------------------------------------- a long simulated run
@@ -116,9 +118,9 @@ def circle_run(seconds: float, dt: float = 0.01) -> dict[str, np.ndarray]:
     driver = build_driver(cfg)
     driver.open()
     driver.activate()
-    stage = build_estimation(cfg, [c.name for c in driver.channels()])
+    stage = build_estimation(cfg, driver)
     assert stage is not None and stage.has_uwb and stage.has_mag
-    r, track = 0.0515, cfg["robot"]["track_m"]
+    r, track = 0.0515, cfg.robot.track_m
     v, w = 0.3, 0.3  # 1 m radius round (3, 2)
     driver.write({"wheel_left": (v - 0.5 * w * track) / r, "wheel_right": (v + 0.5 * w * track) / r})
     fused, uwb, heading, tilt = [], [], [], []
@@ -230,10 +232,21 @@ def test_acquisition_keeps_the_inputs_of_the_tilt_rule(server: ServerProc) -> No
 
 
 def test_without_an_imu_there_is_no_estimator(server_factory) -> None:
-    srv = server_factory({"driver": {"imu": {"enabled": False}}})
+    import tomllib
+
+    from tests.conftest import DEFAULT_CONFIG, REPO
+
+    rules = [r for r in tomllib.loads((REPO / DEFAULT_CONFIG).read_text())["safety"]["rules"]
+             if r["channel"] != "tilt_rad"]
+    srv = server_factory({"driver": {"imu": {"enabled": False}}, "safety": {"rules": rules}})
     names = {c["name"] for c in srv.get("/api/robot")[1]["channels"]}
     assert not names & set(DERIVED)
     status, body = srv.post("/api/heading", {"heading_deg": 90.0})
     assert status == 409 and body["error"]["code"] == "unavailable"
-    status, body = srv.post("/api/start")  # the tilt rule has no data: refused, by name
-    assert status == 409 and "tilt_rad" in body["error"]["message"]
+
+
+def test_fail__a_rule_on_a_channel_the_robot_lacks_stops_start_up(server_factory) -> None:
+    """The tilt rule without an IMU could never be checked: a config error, named at start-up."""
+    with pytest.raises(RuntimeError) as err:
+        server_factory({"driver": {"imu": {"enabled": False}}})
+    assert "safety.rules" in str(err.value) and "tilt_rad" in str(err.value)

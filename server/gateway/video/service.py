@@ -35,216 +35,50 @@ Wire format of ``/ws/video`` (server → client):
   for a message the server did not understand.
 
 Client → server: text ``{"type": "ack", "seq": n}`` after each frame is shown.
-
->>> validate_video_settings({"fps": 15})["fps"]
-15
->>> validate_video_settings({"fps": 15.5})
-Traceback (most recent call last):
-...
-ValueError: video.fps must be an integer, not float
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import functools
 import itertools
 import json
 import logging
-import math
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import cv2
 import numpy as np
-from aiohttp import WSCloseCode, WSMsgType, web
 
-from drivers.base import Driver
 from drivers.camera.base import CameraError, CameraSource
 from drivers.errors import DriverError
-from server.errors import ApiError, MalformedError, error_response
-from server.ratelimit import TokenBucket
-from server.validation import MAX_BODY_BYTES, integer, parse_object, reject_unknown
+from server.gateway.video.frames import EncodedFrame, encode_frame
+from server.gateway.video.settings import RUNTIME_LIMITS, validate_runtime_settings, validate_video_settings
 
 log = logging.getLogger(__name__)
 
-#: settings the operator may change at run time: key → (min, max), all integers
-RUNTIME_LIMITS: dict[str, tuple[int, int]] = {
-    "width": (32, 3840),
-    "height": (32, 2160),
-    "fps": (1, 60),
-    "quality": (10, 100),
-}
 
-#: the ``[video]`` table's keys and defaults
-DEFAULTS: dict[str, Any] = {
-    "enabled": True,
-    "source": "sim",
-    "device": 0,
-    "width": 640,
-    "height": 480,
-    "fps": 30,
-    "quality": 70,
-    "retry_initial_s": 0.5,
-    "retry_max_s": 10.0,
-    "retry_limit": 0,
-    "loop_file": True,
-    # sim camera only
-    "hfov_deg": 70.0,
-    "mount_height_m": 0.25,
-    "mount_forward_m": 0.10,
-    "mount_pitch_deg": 0.0,
-    "noise_sigma": 0.0,
-    "render_process": True,
-    # viewers (websocket + MJPEG) at once; more are refused with 503 busy
-    "max_viewers": 20,
-}
-
-SOURCES = ("sim", "opencv")
-
-_FLOAT_LIMITS: dict[str, tuple[float, float]] = {
-    "retry_initial_s": (0.01, 60.0),
-    "retry_max_s": (0.01, 3600.0),
-    "hfov_deg": (10.0, 170.0),
-    "mount_height_m": (0.0, 10.0),
-    "mount_forward_m": (-5.0, 5.0),
-    "mount_pitch_deg": (-90.0, 90.0),
-    "noise_sigma": (0.0, 64.0),
-}
-
-
-def validate_video_settings(table: Mapping[str, Any]) -> dict[str, Any]:
-    """Check a ``[video]`` config table and fill in defaults; raises ``ValueError`` naming the key.
-
-    >>> s = validate_video_settings({"source": "opencv", "device": "/dev/video0"})
-    >>> s["device"], s["width"], s["retry_max_s"]
-    ('/dev/video0', 640, 10.0)
-    >>> validate_video_settings({"colour": "red"})
-    Traceback (most recent call last):
-    ...
-    ValueError: video: unknown key(s): colour
-    """
-    if not isinstance(table, Mapping):
-        raise ValueError("video must be a table")
-    unknown = sorted(set(table) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"video: unknown key(s): {', '.join(map(str, unknown))}")
-    out = dict(DEFAULTS)
-    out.update(table)
-    for key in ("enabled", "loop_file", "render_process"):
-        if not isinstance(out[key], bool):
-            raise ValueError(f"video.{key} must be true or false")
-    if out["source"] not in SOURCES:
-        raise ValueError(f"video.source must be one of {', '.join(SOURCES)}, not {out['source']!r}")
-    dev = out["device"]
-    if isinstance(dev, bool) or not isinstance(dev, (int, str)) or (isinstance(dev, int) and dev < 0) or dev == "":
-        raise ValueError("video.device must be a device index >= 0 or a non-empty path or URL")
-    for key, (lo, hi) in RUNTIME_LIMITS.items():
-        v = out[key]
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"video.{key} must be an integer, not {type(v).__name__}")
-        if not lo <= v <= hi:
-            raise ValueError(f"video.{key}={v} is outside [{lo}, {hi}]")
-    v = out["retry_limit"]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError("video.retry_limit must be an integer >= 0 (0 = retry forever)")
-    v = out["max_viewers"]
-    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10000:
-        raise ValueError("video.max_viewers must be an integer in [1, 10000]")
-    for key, (lo, hi) in _FLOAT_LIMITS.items():
-        v = out[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"video.{key} must be a finite number")
-        if not lo <= v <= hi:
-            raise ValueError(f"video.{key}={v:g} is outside [{lo:g}, {hi:g}]")
-        out[key] = float(v)
-    if out["retry_max_s"] < out["retry_initial_s"]:
-        raise ValueError("video.retry_max_s must be >= video.retry_initial_s")
-    return out
-
-
-def validate_runtime_settings(obj: Mapping[str, Any]) -> dict[str, int]:
-    """Check a ``PUT /api/video`` body: any of width, height, fps, quality as integers in range.
-
-    Raises :class:`server.errors.ValidationError` (422); unknown fields, floats,
-    booleans and NaN are refused.
-    """
-    reject_unknown(dict(obj), RUNTIME_LIMITS)
-    return {k: integer(dict(obj), k, lo, hi) for k, (lo, hi) in RUNTIME_LIMITS.items() if k in obj}
-
-
-def camera_factory(driver: Driver | None = None) -> Callable[[dict], CameraSource]:
-    """The usual ``source_factory``: ``source = "sim"`` asks ``driver.camera_source(settings)``,
-    ``"opencv"`` builds the registered OpenCV camera from the settings (``device``, …)."""
+def camera_factory(context: Mapping[str, Any] | None = None) -> Callable[[dict], CameraSource]:
+    """The usual ``source_factory``: the registered camera of ``settings["source"]`` (``sim`` or
+    ``opencv``), built with ``context`` (the sim camera's world and pose source)."""
     from drivers.registry import camera_class
 
     def make(settings: dict) -> CameraSource:
-        if settings["source"] == "sim":
-            cam = driver.camera_source(settings) if driver is not None else None
-            if cam is None:
-                name = getattr(driver, "name", None)
-                raise DriverError(f"video.source is 'sim' but driver {name!r} has no camera")
-            return cam
-        return camera_class(settings["source"])(settings)
+        try:
+            return camera_class(settings["source"]).from_context(settings, dict(context or {}))
+        except (KeyError, ValueError) as err:
+            raise DriverError(f"video.source {settings['source']!r}: {err}") from err
 
     return make
-
-
-# --------------------------------------------------------------------------- frames and clients
-
-
-@dataclass(eq=False)
-class EncodedFrame:
-    """One frame, encoded once; ``message`` is the ready-made websocket payload."""
-
-    seq: int
-    capture_t: float
-    width: int
-    height: int
-    encode_ms: float
-    message: bytes
-    offset: int  # where the JPEG starts in ``message``
-
-    @property
-    def jpeg(self) -> memoryview:
-        return memoryview(self.message)[self.offset:]
-
-    @functools.cached_property
-    def mjpeg_part(self) -> bytes:
-        jpeg = self.jpeg
-        head = (
-            f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\n"
-            f"X-Frame-Seq: {self.seq}\r\nX-Capture-Time: {self.capture_t:.6f}\r\n\r\n"
-        ).encode()
-        return head + jpeg + b"\r\n"
-
-
-def encode_frame(frame_bgr: np.ndarray, quality: int, seq: int, capture_t: float) -> EncodedFrame:
-    """JPEG-encode and wrap in the ``/ws/video`` binary format (see the module docstring)."""
-    t0 = time.perf_counter()
-    ok, buf = cv2.imencode(".jpg", frame_bgr, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
-    if not ok:
-        raise CameraError("JPEG encoding failed")
-    encode_ms = (time.perf_counter() - t0) * 1e3
-    h, w = frame_bgr.shape[:2]
-    header = json.dumps(
-        {"type": "frame", "seq": seq, "capture_t": capture_t, "width": w, "height": h,
-         "encode_ms": round(encode_ms, 3), "bytes": int(buf.size)},
-        separators=(",", ":"),
-    ).encode()
-    message = b"".join((len(header).to_bytes(4, "big"), header, buf.tobytes()))
-    return EncodedFrame(seq, capture_t, w, h, encode_ms, message, 4 + len(header))
 
 
 MAX_OUTBOX = 16
 
 
 @dataclass(eq=False)
-class Client:
+class VideoViewer:
     """One viewer. Touched only on the event loop."""
 
     id: int
@@ -306,7 +140,7 @@ class VideoService:
         self.latest: EncodedFrame | None = None
         self._loop_seq = 0  # newest seq the loop has seen
         self._coalesced = 0  # frames replaced in the hand-over before the loop saw them
-        self._clients: dict[int, Client] = {}
+        self._clients: dict[int, VideoViewer] = {}
         self._ids = itertools.count(1)
         # status, written by the thread under the lock
         self._state = "stopped"
@@ -420,20 +254,20 @@ class VideoService:
         return json.dumps({"type": "status", "data": {**self.status(), "settings": self.runtime_settings()}})
 
     # ---------------------------------------------------------------- clients (event loop)
-    def add_client(self, kind: str, remote: str | None) -> Client:
-        c = Client(next(self._ids), kind, remote)
+    def add_client(self, kind: str, remote: str | None) -> VideoViewer:
+        c = VideoViewer(next(self._ids), kind, remote)
         c.first_seq = self.latest.seq if self.latest is not None else self._loop_seq + 1
         self._clients[c.id] = c
         c.wake.set()
         return c
 
-    def remove_client(self, client: Client) -> None:
+    def remove_client(self, client: VideoViewer) -> None:
         self._clients.pop(client.id, None)
 
-    def clients(self) -> list[Client]:
+    def clients(self) -> list[VideoViewer]:
         return list(self._clients.values())
 
-    def ack(self, client: Client, seq: int) -> None:
+    def ack(self, client: VideoViewer, seq: int) -> None:
         """A websocket client showed frame ``seq``: give its credit back."""
         if client.in_flight is not None and seq >= client.in_flight:
             client.in_flight = None
@@ -623,252 +457,3 @@ class VideoService:
         if self._kick.wait(delay):
             self._kick.clear()
         return False
-
-
-VIDEO_KEY = web.AppKey("video", VideoService)
-_SOCKETS_KEY = web.AppKey("video_sockets", weakref.WeakSet)
-_CLOSING_KEY = web.AppKey("video_closing", asyncio.Event)
-_STALL_KEY = web.AppKey("video_writer_stall_s", float)
-
-
-# --------------------------------------------------------------------------- HTTP and websockets
-
-
-def _api(handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
-    """Map :class:`ApiError` to the JSON error shape even without the app's error middleware."""
-
-    @functools.wraps(handler)
-    async def wrapped(request: web.Request) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except ApiError as err:
-            return error_response(err)
-
-    return wrapped
-
-
-@_api
-async def _get_video(request: web.Request) -> web.Response:
-    return web.json_response(request.app[VIDEO_KEY].describe())
-
-
-@_api
-async def _put_video(request: web.Request) -> web.Response:
-    service = request.app[VIDEO_KEY]
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise MalformedError(f"body of {request.content_length} bytes is over the {MAX_BODY_BYTES}-byte limit",
-                             code="too_large", status=413)
-    changes = validate_runtime_settings(parse_object(await request.content.read(MAX_BODY_BYTES + 1)))
-    service.update_settings(changes)
-    return web.json_response(service.describe())
-
-
-@_api
-async def _snapshot(request: web.Request) -> web.Response:
-    service = request.app[VIDEO_KEY]
-    f = service.latest
-    if f is None:
-        st = service.status()
-        detail = f": {st['error']}" if st["error"] else ""
-        raise ApiError(f"no video frame (camera {st['state']}{detail})", code="no_frame", status=503)
-    return web.Response(
-        body=bytes(f.jpeg),
-        content_type="image/jpeg",
-        headers={"Cache-Control": "no-store", "X-Frame-Seq": str(f.seq), "X-Capture-Time": f"{f.capture_t:.6f}"},
-    )
-
-
-def _admit(service: "VideoService", kind: str) -> None:
-    """Refuse a viewer beyond ``video.max_viewers`` (503 busy, before the upgrade)."""
-    limit = service.settings["max_viewers"]
-    if len(service.clients()) >= limit:
-        raise ApiError(f"too many video viewers (max {limit}); try again later", code="busy", status=503)
-
-
-@_api
-async def _ws_video(request: web.Request) -> web.WebSocketResponse:
-    app = request.app
-    service = app[VIDEO_KEY]
-    _admit(service, "ws")
-    # compress=False: JPEG does not deflate, and per-client compression would undo "encode once"
-    ws = web.WebSocketResponse(heartbeat=10.0, compress=False, max_msg_size=4 * 1024)
-    await ws.prepare(request)
-    app[_SOCKETS_KEY].add(ws)
-    client = service.add_client("ws", request.remote)
-    client.transport = request.transport
-    client.status_dirty = True
-    # acks come at most once per frame: allow twice the frame rate, and a burst of a second's worth
-    fps = service.runtime_settings()["fps"]
-    bucket = TokenBucket(2.0 * fps + 10.0, 2 * fps + 20)
-    sender = asyncio.create_task(_ws_sender(ws, client, service), name=f"video-ws-{client.id}")
-    try:
-        async for msg in ws:
-            if not bucket.take():
-                if bucket.flooding:
-                    log.warning("video viewer %d keeps flooding: closing it", client.id)
-                    await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"rate limit exceeded")
-                    break
-                _ws_error(client, "rate_limited", "too many messages: send one ack per frame")
-            elif msg.type == WSMsgType.TEXT:
-                _ws_receive(msg.data, client, service)
-            elif msg.type == WSMsgType.BINARY:
-                _ws_error(client, "malformed", "binary messages are not accepted")
-            await asyncio.sleep(0)  # a flooding reader yields to every other task
-    finally:
-        sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
-        service.remove_client(client)
-        app[_SOCKETS_KEY].discard(ws)
-    return ws
-
-
-def _ws_error(client: Client, code: str, message: str) -> None:
-    if len(client.outbox) == client.outbox.maxlen:
-        client.replies_dropped += 1  # the oldest reply goes: the client is not reading them anyway
-    client.outbox.append(json.dumps({"type": "error", "error": {"code": code, "message": message}}))
-    client.wake.set()
-
-
-def _ws_receive(data: str, client: Client, service: VideoService) -> None:
-    try:
-        msg = parse_object(data, max_bytes=4 * 1024)
-    except ApiError as err:
-        _ws_error(client, err.code, err.message)
-        return
-    if msg.get("type") != "ack":
-        _ws_error(client, "unknown_type", 'expected {"type": "ack", "seq": n}')
-        return
-    seq = msg.get("seq")
-    if isinstance(seq, bool) or not isinstance(seq, int):
-        _ws_error(client, "wrong_type", "seq must be an integer")
-        return
-    service.ack(client, seq)
-
-
-async def _ws_sender(ws: web.WebSocketResponse, client: Client, service: VideoService) -> None:
-    """The only writer of ``ws``: status and errors, then at most one unacked frame."""
-
-    async def send(data: str | bytes) -> None:
-        client.send_since = time.monotonic()
-        await (ws.send_str(data) if isinstance(data, str) else ws.send_bytes(data))
-        client.send_since = None
-
-    try:
-        while not ws.closed:
-            await client.wake.wait()
-            client.wake.clear()
-            while client.outbox:
-                await send(client.outbox.popleft())
-            if client.status_dirty:
-                client.status_dirty = False
-                await send(service.status_message())
-            if client.in_flight is not None:
-                continue  # no credit: frames replaced meanwhile count as ``dropped``
-            f = service.latest
-            if f is None or f.seq <= client.last_seq:
-                continue
-            client.in_flight = client.last_seq = f.seq
-            client.in_flight_since = time.monotonic()
-            await send(f.message)
-            client.sent += 1
-    except (ConnectionError, RuntimeError) as err:  # peer went away mid-send
-        log.debug("video websocket %d: %s", client.id, err)
-
-
-@_api
-async def _mjpeg(request: web.Request) -> web.StreamResponse:
-    app = request.app
-    service = app[VIDEO_KEY]
-    _admit(service, "mjpeg")
-    closing = app[_CLOSING_KEY]
-    resp = web.StreamResponse(
-        headers={
-            "Content-Type": "multipart/x-mixed-replace; boundary=frame",
-            "Cache-Control": "no-cache, no-store, must-revalidate",
-            "Pragma": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
-    await resp.prepare(request)
-    client = service.add_client("mjpeg", request.remote)
-    client.transport = request.transport
-    try:
-        while not closing.is_set():
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                break
-            try:
-                # wake at least once a second so a viewer that left is noticed while the camera is down
-                await asyncio.wait_for(client.wake.wait(), 1.0)
-            except asyncio.TimeoutError:
-                continue
-            client.wake.clear()
-            f = service.latest
-            if f is None or f.seq <= client.last_seq:
-                continue
-            if transport.get_write_buffer_size() > 0:
-                continue  # the previous frame has not drained: skip it (counted as dropped when replaced)
-            client.last_seq = f.seq
-            client.send_since = time.monotonic()
-            await resp.write(f.mjpeg_part)
-            client.send_since = None
-            client.sent += 1
-    except (ConnectionError, RuntimeError) as err:
-        log.debug("mjpeg viewer %d left: %s", client.id, err)
-    finally:
-        service.remove_client(client)
-    return resp
-
-
-def setup_video(app: web.Application, service: VideoService, writer_stall_s: float = 10.0) -> None:
-    """Register the video routes on ``app`` and tie the capture thread to the app's lifetime.
-
-    Routes: ``GET /ws/video``, ``GET /video.mjpeg``, ``GET /api/video/snapshot.jpg``,
-    ``GET /api/video``, ``PUT /api/video``.
-    """
-    app[VIDEO_KEY] = service
-    app[_STALL_KEY] = writer_stall_s
-    app[_SOCKETS_KEY] = weakref.WeakSet()
-    app[_CLOSING_KEY] = asyncio.Event()
-    app.router.add_get("/ws/video", _ws_video)
-    app.router.add_get("/video.mjpeg", _mjpeg)
-    app.router.add_get("/api/video/snapshot.jpg", _snapshot)
-    app.router.add_get("/api/video", _get_video)
-    app.router.add_put("/api/video", _put_video)
-    app.on_shutdown.append(_on_shutdown)
-    app.cleanup_ctx.append(_video_ctx)
-
-
-async def _on_shutdown(app: web.Application) -> None:
-    # before the runner waits for handlers: end the long-lived ones now
-    app[_CLOSING_KEY].set()
-    for c in app[VIDEO_KEY].clients():
-        c.wake.set()
-    for ws in list(app[_SOCKETS_KEY]):
-        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
-
-
-async def _sweep_stuck_viewers(app: web.Application, stall_s: float) -> None:
-    """Close every viewer that has blocked progress for ``stall_s``: a send it does not read, or a
-    frame it does not ack (it would hold a viewer slot forever, whatever it sends)."""
-    service = app[VIDEO_KEY]
-    while True:
-        await asyncio.sleep(min(1.0, stall_s / 2))
-        now = time.monotonic()
-        for c in service.clients():
-            if c.stuck_for(now) > stall_s:
-                log.warning("video viewer %d (%s) made no progress for %.1f s: closing it", c.id, c.kind,
-                            c.stuck_for(now))
-                service.remove_client(c)
-                if c.transport is not None:
-                    c.transport.abort()
-
-
-async def _video_ctx(app: web.Application):
-    service = app[VIDEO_KEY]
-    service.start()
-    sweeper = asyncio.create_task(_sweep_stuck_viewers(app, app[_STALL_KEY]), name="video-sweeper")
-    yield
-    sweeper.cancel()
-    await asyncio.gather(sweeper, return_exceptions=True)
-    await asyncio.to_thread(service.stop)

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from server.safety import Inputs, Refused, Rule, SafetyConfig, State, Supervisor
+from server.runtime.supervisor import Inputs, Motion, OutputMode, Refused, Rule, SafetyConfig, State, Supervisor
 
-OBSTACLE = Rule("obstacle_front", "range_front_m", 0.30, None, "moving_forward", 0, "obstacle ahead")
-BATTERY = Rule("battery_low", "battery_v", 10.5, None, "always", 1, "battery low")
-CFG = SafetyConfig(command_timeout_s=0.5, max_consecutive_overruns=3, rules=(OBSTACLE, BATTERY))
+OBSTACLE = Rule(name="obstacle_front", channel="range_front_m", below=0.30, when="moving_forward", category=0,
+                message="obstacle ahead")
+BATTERY = Rule(name="battery_low", channel="battery_v", below=10.5, when="always", category=1, message="battery low")
+CFG = SafetyConfig(command_timeout_s=0.5, rules=[OBSTACLE, BATTERY])
+
+
+def fwd(v: float) -> Motion:
+    return Motion(abs(v) > 1e-3, v)
 GOOD = {"range_front_m": 2.0, "battery_v": 12.4}
 
 
 def supervisor_in(state: State, t: float = 10.0) -> Supervisor:
     """A supervisor brought to ``state`` through its public requests only."""
-    s = Supervisor(CFG)
+    s = Supervisor(CFG, max_consecutive_overruns=3)
     s.evaluate(Inputs(t, dict(GOOD), frame_t=t))
     if state is State.IDLE:
         pass
@@ -70,15 +75,15 @@ def fire(s: Supervisor, trigger: str) -> None:
         s.request_estop(t)
     elif trigger == "link_loss":
         t = T + CFG.command_timeout_s + 0.01
-        s.evaluate(Inputs(t, dict(GOOD), frame_t=t, linear=0.2, stopped=False))
+        s.evaluate(Inputs(t, dict(GOOD), frame_t=t, motion=fwd(0.2), stopped=False))
     elif trigger == "rule_obstacle_moving_forward":
-        s.evaluate(Inputs(t, {**GOOD, "range_front_m": 0.2}, frame_t=t, linear=0.2, stopped=False))
+        s.evaluate(Inputs(t, {**GOOD, "range_front_m": 0.2}, frame_t=t, motion=fwd(0.2), stopped=False))
     elif trigger == "rule_battery_always":
         s.evaluate(Inputs(t, {**GOOD, "battery_v": 10.0}, frame_t=t, stopped=False))
     elif trigger == "driver_fault":
         s.evaluate(Inputs(t, None, "read timeout"))
     elif trigger == "overruns":
-        for i in range(CFG.max_consecutive_overruns):
+        for i in range(s.max_consecutive_overruns):
             s.evaluate(Inputs(t + i * 1e-3, dict(GOOD), frame_t=t, overrun=True, stopped=False))
 
 
@@ -94,7 +99,7 @@ def test_trigger_in_state(trigger: str, start: State) -> None:
         assert ev.state_before == start.value and ev.state_after == s.state.value
     if s.state is State.ESTOP:
         assert s.cause is not None
-        assert s.output_mode() in ("cut", "ramp", "hold")
+        assert s.output_mode() in (OutputMode.CUT, OutputMode.RAMP, OutputMode.HOLD)
 
 
 @pytest.mark.parametrize(
@@ -106,7 +111,7 @@ def test_stop_category_per_trigger(trigger: str, category: int, mode: str) -> No
     s = supervisor_in(State.RUNNING)
     fire(s, trigger)
     assert s.cause.category == category
-    assert s.output_mode() == mode
+    assert s.output_mode().value == mode
 
 
 def test_first_cause_is_kept_when_more_triggers_follow() -> None:
@@ -121,7 +126,7 @@ def test_link_stays_alive_with_heartbeats() -> None:
     for i in range(1, 20):
         t = T + i * 0.2
         s.touch(t)
-        s.evaluate(Inputs(t + 0.1, dict(GOOD), frame_t=t, linear=0.2, stopped=False))
+        s.evaluate(Inputs(t + 0.1, dict(GOOD), frame_t=t, motion=fwd(0.2), stopped=False))
     assert s.state is State.RUNNING
 
 
@@ -129,7 +134,7 @@ def test_ttl_expires_like_link_loss() -> None:
     s = supervisor_in(State.RUNNING)
     s.set_ttl(T, 0.1)
     s.touch(T)
-    s.evaluate(Inputs(T + 0.15, dict(GOOD), frame_t=T + 0.15, linear=0.2, stopped=False))
+    s.evaluate(Inputs(T + 0.15, dict(GOOD), frame_t=T + 0.15, motion=fwd(0.2), stopped=False))
     assert s.state is State.ESTOP
     assert s.cause.trigger == "link_loss" and "time-to-live" in s.cause.message
 
@@ -153,8 +158,8 @@ def test_reset_after_obstacle_is_allowed_once_stopped() -> None:
     s.request_reset(T + 0.1)
     s.request_start(T + 0.1)
     with pytest.raises(Refused):
-        s.check_speed(T + 0.1, 0.2, 0.0)  # forward into the obstacle: refused
-    s.check_speed(T + 0.1, -0.2, 0.0)  # backing away: allowed
+        s.check_motion(T + 0.1, fwd(0.2))  # forward into the obstacle: refused
+    s.check_motion(T + 0.1, fwd(-0.2))  # backing away: allowed
 
 
 def test_reset_refused_while_driver_faulty() -> None:
@@ -172,7 +177,7 @@ def test_reset_never_restarts_motion() -> None:
     s.request_reset(T)
     assert s.state is State.IDLE
     with pytest.raises(Refused) as err:
-        s.check_speed(T, 0.1, 0.0)
+        s.check_motion(T, fwd(0.1))
     assert err.value.code == "not_running"
 
 
@@ -185,7 +190,7 @@ def test_reset_never_restarts_motion() -> None:
     ],
 )
 def test_fail__start_prechecks(values, frame_age, driver_ok, problem) -> None:
-    s = Supervisor(CFG)
+    s = Supervisor(CFG, max_consecutive_overruns=3)
     s.evaluate(Inputs(T, values, frame_t=T))
     if not driver_ok:
         s.driver_ok, s.driver_error = False, "port closed"
@@ -196,7 +201,7 @@ def test_fail__start_prechecks(values, frame_age, driver_ok, problem) -> None:
 
 
 def test_ok__start_prechecks() -> None:
-    s = Supervisor(CFG)
+    s = Supervisor(CFG, max_consecutive_overruns=3)
     s.evaluate(Inputs(T, dict(GOOD), frame_t=T))
     s.request_start(T)
     assert s.state is State.RUNNING
@@ -206,19 +211,19 @@ def test_ok__start_prechecks() -> None:
 def test_speed_refused_unless_running(state: State) -> None:
     s = supervisor_in(state)
     with pytest.raises(Refused):
-        s.check_speed(T, 0.1, 0.0)
+        s.check_motion(T, fwd(0.1))
 
 
 def test_stopping_ends_idle_when_ramp_done() -> None:
     s = supervisor_in(State.STOPPING)
-    s.evaluate(Inputs(T + 0.01, dict(GOOD), frame_t=T, linear=0.1, stopped=False))
+    s.evaluate(Inputs(T + 0.01, dict(GOOD), frame_t=T, motion=fwd(0.1), stopped=False))
     assert s.state is State.STOPPING
     s.evaluate(Inputs(T + 0.02, dict(GOOD), frame_t=T, stopped=True))
     assert s.state is State.IDLE
 
 
 def test_rule_ignores_missing_value_but_start_reports_it() -> None:
-    s = Supervisor(CFG)
+    s = Supervisor(CFG, max_consecutive_overruns=3)
     s.evaluate(Inputs(T, {"battery_v": 12.0}, frame_t=T))
     with pytest.raises(Refused) as err:
         s.request_start(T)

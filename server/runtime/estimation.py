@@ -1,6 +1,6 @@
 """Estimation in the control thread: attitude, compass heading and planar position of the rover.
 
-:class:`EstimationStage` is a :class:`server.control_loop.Stage`: the control loop
+:class:`EstimationStage` is a :class:`server.runtime.loop.Stage`: the control loop
 calls :meth:`EstimationStage.process` every tick, under its lock, right after the
 driver's read and before the safety supervisor, so rules may use what it derives
 (``tilt_rad above 0.26``). Each tick:
@@ -44,14 +44,17 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Iterable, Sequence
+from typing import Annotated, Any, Iterable, Literal, Sequence
 
 import numpy as np
+import msgspec
+from msgspec import Meta
 
 from drivers.base import ChannelSpec
 from robotics.estimation.attitude import AttitudeFilter, compass_heading_deg
 from robotics.estimation.pose import PoseEstimator
 from robotics.estimation.uwb import trilaterate
+from server.config import Table
 
 log = logging.getLogger(__name__)
 
@@ -370,42 +373,71 @@ class EstimationStage:
                 "warning": self.heading_warning()}
 
 
-def build_estimation(cfg: dict[str, Any], available: Iterable[str]) -> EstimationStage | None:
-    """The stage for this configuration, or None when disabled or the driver has no IMU."""
-    est = cfg["estimation"]
-    names = set(available)
-    if not est["enabled"]:
+class UwbConfig(Table):
+    """The ``[uwb]`` table: anchors configured once for the simulator and the estimator."""
+
+    anchors: list[Annotated[list[float], Meta(min_length=3, max_length=3)]] = []  # [[x, y, z], ...] m, world
+    tag_height_m: Annotated[float, Meta(ge=-10.0, le=10.0)] = 0.15  # the tag above the body origin
+
+    def __post_init__(self) -> None:
+        if self.anchors and len(self.anchors) < 3:
+            raise ValueError("needs at least 3 anchors (or none)")
+
+
+class EstimationConfig(Table):
+    """The ``[estimation]`` table (docs/sensing.md)."""
+
+    enabled: bool = True
+    k_acc: Annotated[float, Meta(ge=0.0, le=100.0)] = 2.0  # attitude filter gains, 1/s
+    k_mag: Annotated[float, Meta(ge=0.0, le=100.0)] = 1.0
+    k_bias: Annotated[float, Meta(ge=0.0, le=100.0)] = 0.2
+    declination_deg: Annotated[float, Meta(ge=-180.0, le=180.0)] = 0.0  # magnetic north east of true north
+    encoder_ticks_per_rev: Annotated[int, Meta(ge=1, le=10**9)] = 1024
+    uwb_z: Literal["fixed", "free"] = "fixed"  # fixed: solve x, y at the tag height
+    uwb_sigma_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.05  # noise of one fix, per axis
+    # until a calibration is stored: true = polyval(c, raw), highest power first
+    uwb_range_correction: Annotated[list[float], Meta(min_length=1)] = msgspec.field(default_factory=lambda: [1.0, 0.0])
+    odom_sigma_m_per_sqrt_m: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.05
+    yaw_sigma_deg: Annotated[float, Meta(gt=0.0, le=180.0)] = 2.0
+    gate_chi2: Annotated[float, Meta(gt=0.0, le=1e6)] = 13.8
+
+
+def build_estimation(profile: Any, driver: Any) -> EstimationStage | None:
+    """The estimator for a profile whose driver has an IMU (None otherwise, or when disabled)."""
+    est = profile.estimation
+    names = [c.name for c in driver.channels()]
+    if not est.enabled:
+        log.info("estimation off (estimation.enabled = false)")
         return None
     if not all(c in names for c in ACC + GYRO):
         log.info("estimation off: the driver has no IMU channels")
         return None
-    drv = cfg["driver"]
-    sim = drv.get("name", "sim") == "sim"
     tilt_crit = None
-    for rule in cfg["safety"]["rules"]:
-        if rule["channel"] == "tilt_rad" and rule["above"] is not None:
-            tilt_crit = rule["above"] if tilt_crit is None else min(tilt_crit, rule["above"])
+    for rule in profile.safety.rules:
+        if rule.channel == "tilt_rad" and rule.above is not None:
+            tilt_crit = rule.above if tilt_crit is None else min(tilt_crit, rule.above)
+    robot = profile.robot
     return EstimationStage(
         available=names,
-        anchors=cfg["uwb"]["anchors"],
-        tag_height_m=cfg["uwb"]["tag_height_m"],
-        uwb_z=est["uwb_z"],
-        wheel_radius_m=cfg["robot"]["wheel_radius_m"],
-        track_m=cfg["robot"]["track_m"],
-        ticks_per_rev=est["encoder_ticks_per_rev"],
-        time_scale=float(drv.get("time_scale", 1.0)) if sim else 1.0,
-        max_dt_s=float(drv.get("max_read_dt_s", 0.5)) if sim else 0.5,
-        k_acc=est["k_acc"],
-        k_mag=est["k_mag"],
-        k_bias=est["k_bias"],
-        declination_rad=math.radians(est["declination_deg"]),
-        uwb_sigma_m=est["uwb_sigma_m"],
-        odom_sigma_m_per_sqrt_m=est["odom_sigma_m_per_sqrt_m"],
-        yaw_sigma_rad=math.radians(est["yaw_sigma_deg"]),
-        gate_chi2=est["gate_chi2"],
-        range_correction=est["uwb_range_correction"],
+        anchors=profile.uwb.anchors,
+        tag_height_m=profile.uwb.tag_height_m,
+        uwb_z=est.uwb_z,
+        wheel_radius_m=robot.wheel_radius_m,
+        track_m=robot.track_m,
+        ticks_per_rev=est.encoder_ticks_per_rev,
+        time_scale=driver.time_scale,
+        max_dt_s=min(driver.max_read_dt_s, 0.5),
+        k_acc=est.k_acc,
+        k_mag=est.k_mag,
+        k_bias=est.k_bias,
+        declination_rad=math.radians(est.declination_deg),
+        uwb_sigma_m=est.uwb_sigma_m,
+        odom_sigma_m_per_sqrt_m=est.odom_sigma_m_per_sqrt_m,
+        yaw_sigma_rad=math.radians(est.yaw_sigma_deg),
+        gate_chi2=est.gate_chi2,
+        range_correction=est.uwb_range_correction,
         tilt_crit_rad=tilt_crit,
     )
 
 
-__all__ = ["EstimationStage", "build_estimation"]
+__all__ = ["EstimationConfig", "EstimationStage", "UwbConfig", "build_estimation"]

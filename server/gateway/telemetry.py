@@ -1,6 +1,8 @@
-"""Telemetry fan-out: serialise a snapshot once per publish, one latest-wins slot per client.
+"""Telemetry fan-out: a snapshot serialised once (by the runtime), one latest-wins slot per client.
 
-The producer never awaits a client: it swaps the new message into each client's
+The runtime serialises each snapshot once; the gateway forwards those bytes to every client
+wrapped in the ``{"type": "telemetry", ...}`` envelope, without parsing them. The producer
+never awaits a client: it swaps the new message into each client's
 one-slot mailbox (counting a drop when the previous one was never sent) and
 sets an event. Each client has its own writer task, so one slow browser can only
 fall behind itself. Control replies and safety events go through a small
@@ -11,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import orjson
 import logging
+
+import orjson
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import WSCloseCode, web
 
@@ -30,7 +33,7 @@ def dumps(obj: Any) -> str:
     return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
-class Client:
+class TelemetryClient:
     """One websocket subscriber: a latest-wins telemetry slot plus a bounded control queue."""
 
     def __init__(self, ws: web.WebSocketResponse, peer: str, transport: asyncio.Transport | None = None) -> None:
@@ -111,47 +114,23 @@ class Client:
 
 
 class TelemetryHub:
-    """Publishes ``snapshot_fn()`` to every client when the control loop says a snapshot is due.
+    """Offers each snapshot to every client (latest wins) and queues events for all of them."""
 
-    The control thread calls :meth:`notify_threadsafe` every N ticks (N = loop rate /
-    telemetry rate), so a published snapshot is at most one tick old. Notifications
-    coalesce: if the event loop is stalled, at most one publish is pending.
-    """
-
-    def __init__(self, snapshot_fn: Callable[[], dict[str, Any]], rate_hz: float, max_clients: int = 100,
-                 writer_stall_s: float = 10.0) -> None:
-        self.snapshot_fn = snapshot_fn
-        self.rate_hz = rate_hz
+    def __init__(self, max_clients: int = 100, writer_stall_s: float = 10.0) -> None:
         self.max_clients = max_clients
         self.writer_stall_s = writer_stall_s
         self.closed_stalled = 0
         self._sweeper: asyncio.Task | None = None
-        self.clients: weakref.WeakSet[Client] = weakref.WeakSet()
+        self.clients: weakref.WeakSet[TelemetryClient] = weakref.WeakSet()
         self.published = 0
-        self._aio: asyncio.AbstractEventLoop | None = None
-        self._pending = False
-        self._last_seq = None
+        self.last: str | None = None
 
-    def notify_threadsafe(self) -> None:
-        """Called from the control thread: schedule a publish on the event loop."""
-        if self._pending or self._aio is None:
-            return
-        self._pending = True
-        try:
-            self._aio.call_soon_threadsafe(self.publish)
-        except RuntimeError:  # event loop closed during shutdown
-            self._pending = False
-
-    def publish(self) -> None:
-        self._pending = False
-        snap = self.snapshot_fn()
-        if not snap or snap.get("seq") == self._last_seq:
-            return
-        self._last_seq = snap.get("seq")
-        data = dumps(snap)  # serialise once for every client
+    def publish(self, data_json: str) -> None:
+        """A new snapshot (JSON text, as serialised by the runtime) for every client."""
+        self.last = data_json
         self.published += 1
         for c in list(self.clients):
-            c.offer(data)
+            c.offer(data_json)
 
     def broadcast(self, message: dict[str, Any]) -> None:
         """Queue a control-plane message (an event) for every client."""
@@ -177,14 +156,10 @@ class TelemetryHub:
             self.sweep()
 
     async def start(self) -> None:
-        self._aio = asyncio.get_running_loop()
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="telemetry-sweeper")
 
     async def stop(self) -> None:
-        """Push a final snapshot (it shows the halt), then close every client with 1001."""
-        if self._aio is not None:
-            self.publish()
-        self._aio = None
+        """Let each writer send what is queued (the last snapshot shows the halt), then close with 1001."""
         if self._sweeper is not None:
             self._sweeper.cancel()
         clients = list(self.clients)

@@ -11,12 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import server.navigation
-from server.estimation import ACC, GYRO, MAG, EstimationStage
-from server.navigation import (HeadingBehavior, MagCalibrationBehavior, fit_magnetometer, parse_state,
-                               read_state_file, write_state_file)
+import server.runtime.calibration
+from robotics.estimation.magcal import fit_magnetometer
+from server.runtime.behaviours.heading import HeadingBehavior, HeadingConfig
+from server.runtime.behaviours.magcal import MagCalibrationBehavior
+from server.runtime.calibration import parse_state, read_state_file, write_state_file
+from server.runtime.estimation import ACC, GYRO, MAG, EstimationStage
 from tests.conftest import ServerProc, wait_until
-from tests.server.test_heading import (CLEAN_MAG, FAST, angle_error_deg, compass_deg, run_behavior,
+from tests.server.runtime.test_heading import (CLEAN_MAG, FAST, angle_error_deg, compass_deg, run_behavior,
                                        true_heading_deg)
 from tests.server.test_stop_paths import Heartbeat
 
@@ -52,7 +54,7 @@ def table_server(tmp_path_factory):
 
 
 def test_docstring_examples() -> None:
-    assert doctest.testmod(server.navigation).failed == 0
+    assert doctest.testmod(server.runtime.calibration).failed == 0
 
 
 def heading_error(srv: ServerProc) -> float:
@@ -157,7 +159,7 @@ def test_magnetometer_run_without_field_samples_fails_with_the_reason() -> None:
     for _ in range(1000):  # the encoders turn, but no magnetometer value ever arrives
         if out is None:
             break
-        assert out[1] >= 0.0
+        assert out.angular >= 0.0
         st.odom_yaw_rad += 0.01
         out = b.update(STILL, 0.01, 0.0)
     assert out is None and b.outcome.startswith("failed: too few magnetometer samples"), b.outcome
@@ -173,8 +175,7 @@ def test_magnetometer_run_times_out_when_the_rover_does_not_turn() -> None:
 
 def test_heading_fails_without_a_heading_estimate() -> None:
     st = EstimationStage(available=ACC + GYRO + MAG)  # never fed: heading NaN
-    settings = {"tolerance_deg": 5.0, "step_deg": 45.0, "turn_rate_rad_s": 0.8, "min_turn_rate_rad_s": 0.08,
-                "settle_s": 0.1, "coast_s": 0.1, "timeout_s": 60.0}
+    settings = HeadingConfig(settle_s=0.1)
     b = HeadingBehavior(st, 90.0, settings, 2.0, 1.0)
     outs = [b.update(STILL, 0.01, 0.0) for _ in range(20)]
     assert None in outs and b.outcome == "failed: no heading from the estimator"
