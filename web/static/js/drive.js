@@ -11,13 +11,16 @@
 
 import { session } from "./session.js";
 import * as presence from "./presence.js";
-import { formatNumber, setAttr, setText } from "./format.js";
+import { describeSetpointSource, formatNumber, setAttr, setPrefixedClass, setText } from "./format.js";
 
 const TICK_MS = 50;            // 20 Hz speed commands while held
 const HEARTBEAT_EVERY = 2;     // every 2nd tick: 10 Hz
 const STICK_DEADZONE = 0.15;
 const KNOB_TRAVEL = 66;        // SVG units, joystick ring radius 96 minus knob 30
 const GAMEPAD_ESTOP_BUTTON = 1; // B / circle
+// A websocket setpoint equal to one this page sent within this long is "this page's";
+// telemetry runs ~20-100 ms behind the command, and a held control resends every 50 ms.
+const MINE_WINDOW_MS = 1500;
 
 const KEYS = {
   ArrowUp: [0, 1], KeyW: [0, 1],
@@ -39,8 +42,9 @@ export function createDrive({ root, onEstop }) {
   const angCap = root.querySelector("#ang-cap");
   const linCapOut = root.querySelector("#lin-cap-out");
   const angCapOut = root.querySelector("#ang-cap-out");
-  const cmdLinear = root.querySelector("#cmd-linear");
-  const cmdAngular = root.querySelector("#cmd-angular");
+  const spLinear = root.querySelector("#sp-linear");
+  const spAngular = root.querySelector("#sp-angular");
+  const spSource = root.querySelector("#sp-source");
   const sourceEl = root.querySelector("#drive-source");
   const hintEl = root.querySelector("#drive-hint");
 
@@ -48,7 +52,7 @@ export function createDrive({ root, onEstop }) {
   let robotState = null;
   let tick = 0;
   let moving = false;          // the last speed we sent was not zero
-  let lastCmd = { linear: 0, angular: 0 };
+  const recent = [];           // {at, linear, angular, input} of speeds this page sent lately
 
   // Inputs; x right, y forward, both in [-1, 1].
   const joy = { pointerId: null, held: false, stale: false, x: 0, y: 0 };
@@ -231,19 +235,48 @@ export function createDrive({ root, onEstop }) {
     return null;
   }
 
-  function sendSpeed(cmd) {
+  function sendSpeed(cmd, input = null) {
     if (session.post("speed", { linear: cmd.linear, angular: cmd.angular })) {
-      lastCmd = cmd;
       moving = cmd.linear !== 0 || cmd.angular !== 0;
+      const now = performance.now();
+      recent.push({ at: now, linear: cmd.linear, angular: cmd.angular, input });
+      while (recent.length && now - recent[0].at > MINE_WINDOW_MS) recent.shift();
       return true;
     }
     return false;
   }
 
+  /** The input of this page's recent command equal to `sp`, or undefined when none matches. */
+  function sentByMe(sp) {
+    const now = performance.now();
+    for (let i = recent.length - 1; i >= 0; i--) {
+      const c = recent[i];
+      if (now - c.at > MINE_WINDOW_MS) break;
+      if (Math.abs(c.linear - sp.linear) < 1e-6 && Math.abs(c.angular - sp.angular) < 1e-6) return c.input;
+    }
+    return undefined;
+  }
+
   function showCommand(source) {
-    setText(cmdLinear, formatNumber(lastCmd.linear, 2));
-    setText(cmdAngular, formatNumber(lastCmd.angular, 2));
     setText(sourceEl, source || "none");
+  }
+
+  /** The setpoint in force (snapshot.setpoint) and where it came from; null greys it out. */
+  function setState(snap) {
+    const sp = snap && snap.setpoint;
+    if (!sp) {
+      setText(spLinear, "—");
+      setText(spAngular, "—");
+      setText(spSource, snap ? "not reported" : "—");
+      setPrefixedClass(spSource, "source-", "none");
+      return;
+    }
+    setText(spLinear, formatNumber(sp.linear, 2));
+    setText(spAngular, formatNumber(sp.angular, 2));
+    const input = sp.source === "websocket" ? sentByMe(sp) : undefined;
+    const d = describeSetpointSource(sp.source, input !== undefined, input);
+    setText(spSource, d.text);
+    setPrefixedClass(spSource, "source-", d.kind);
   }
 
   function onTick() {
@@ -257,7 +290,7 @@ export function createDrive({ root, onEstop }) {
     }
     if (hintEl.textContent) setText(hintEl, "");
     if (input) {
-      sendSpeed(toCommand(input.x, input.y));
+      sendSpeed(toCommand(input.x, input.y), input.source);
     } else if (moving) {
       sendSpeed({ linear: 0, angular: 0 });
     }
@@ -281,7 +314,6 @@ export function createDrive({ root, onEstop }) {
       sendSpeed({ linear: 0, angular: 0 });
     }
     moving = false;
-    lastCmd = { linear: 0, angular: 0 };
     showCommand(null);
   }
 
@@ -311,6 +343,7 @@ export function createDrive({ root, onEstop }) {
 
   return {
     setLimits,
+    setState,
     /** Latest robot state, from every telemetry message (not throttled: gating depends on it). */
     noteState(state) {
       if (state !== robotState) {

@@ -12,8 +12,10 @@ export function zoneOf(spec, value) {
 }
 
 // SI inside, degrees only at the UI edge (DESIGN.md): angles are shown in degrees.
+// A driver that still says "deg" gets the same "°" as every other angle.
 const DISPLAY_UNITS = {
   rad: { unit: "°", scale: 180 / Math.PI, decimalsDelta: -1 },
+  deg: { unit: "°", scale: 1, decimalsDelta: 0 },
 };
 
 /** How a channel is displayed: {unit, scale, decimals}. */
@@ -51,6 +53,24 @@ export function zoneBands(spec) {
   if (spec.warn_high != null) clip(spec.warn_high, spec.crit_high ?? Infinity, "warn");
   if (spec.crit_high != null) clip(spec.crit_high, Infinity, "crit");
   return out;
+}
+
+/**
+ * Where the setpoint in force came from, for the operator (docs/api.md "State", setpoint.source):
+ * {text, kind} with kind "none" | "mine" | "other" | "http" | "auto".
+ * `mine` is true when the setpoint is one this page sent itself.
+ * e.g. ("http") -> {text: "HTTP API", kind: "http"}; ("heading") -> {text: "automatic: heading", kind: "auto"}.
+ */
+export function describeSetpointSource(source, mine = false, input = null) {
+  if (source === null || source === undefined || source === "") return { text: "none (zero)", kind: "none" };
+  if (source === "http") return { text: "HTTP API", kind: "http" };
+  if (source === "websocket") {
+    return mine
+      ? { text: `this page${input ? ` (${input})` : ""}`, kind: "mine" }
+      : { text: "websocket (another client)", kind: "other" };
+  }
+  const names = { mag_calibration: "compass calibration" };
+  return { text: `automatic: ${names[source] || String(source).replace(/_/g, " ")}`, kind: "auto" };
 }
 
 /** Local wall-clock time "HH:MM:SS.mmm" of a unix time in seconds. */

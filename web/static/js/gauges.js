@@ -4,6 +4,8 @@
 // Channels whose widget is "plot" live in the plots panel only. Adding a channel to
 // the config adds its widget: nothing here knows channel names.
 // Each frame only changes SVG attributes, text and classes: the DOM is built once.
+// A channel the snapshot lists in `stale` (a safety-rule channel with no fresh sample)
+// is greyed and tagged "stale": its number is the last one heard, not the present.
 
 import {
   displayOf, formatNumber, fraction, setAttr, setPrefixedClass, setText, zoneBands, zoneOf,
@@ -53,6 +55,7 @@ function card(spec, kind, parent) {
   el.setAttribute("role", "group");
   el.setAttribute("aria-label", `${spec.label || spec.name}${d.unit ? ` (${d.unit})` : ""}`);
   html("div", "gauge-label", el, spec.label || spec.name).title = spec.name;
+  html("span", "gauge-stale-tag", el, "stale").title = "no fresh sample: this value is old";
   return { el, d };
 }
 
@@ -159,7 +162,7 @@ export function createGauges({ container, panel }) {
       if (spec.kind === "digital" && !BUILDERS[kind]) kind = "lamp";
       const builder = BUILDERS[kind] || buildDigital;
       const w = builder(spec, container);
-      widgets.push({ spec, el: w.el, update: w.update, zone: "na" });
+      widgets.push({ spec, el: w.el, update: w.update, zone: "na", stale: false });
     }
   }
 
@@ -167,7 +170,13 @@ export function createGauges({ container, panel }) {
     if (panel.classList.contains("stale") !== (snap === null)) panel.classList.toggle("stale", snap === null);
     if (!snap) return;                             // keep the last values, greyed out
     const values = snap.values || {};
+    const stale = Array.isArray(snap.stale) ? snap.stale : [];
     for (const w of widgets) {
+      const isStale = stale.includes(w.spec.name);
+      if (isStale !== w.stale) {
+        w.stale = isStale;
+        w.el.classList.toggle("sensor-stale", isStale);
+      }
       const raw = values[w.spec.name];
       const value = typeof raw === "number" && Number.isFinite(raw) ? raw : null;
       w.update(value);

@@ -76,7 +76,7 @@ const health = createHealth({ root: $("#health-panel") });
 const gauges = createGauges({ container: $("#gauges"), panel: $("#gauges-panel") });
 const plots = createPlots({ container: $("#plots"), panel: $("#plots-panel"), windowSelect: $("#plot-window") });
 const acquisition = createAcquisition({ panel: $("#acquisition-panel"), form: $("#acq-form"), log });
-const panels = [badge, controls, health, gauges, plots, log, acquisition];
+const panels = [badge, controls, drive, health, gauges, plots, log, acquisition];
 let video = null;
 
 let channelsKey = "";
@@ -235,6 +235,6 @@ stats.measureFps = (windowMs = 5000) => new Promise((resolve) => {
 });
 
 // A small handle for tests, the bench and the browser console.
-window.teleop = Object.freeze({ session, stats, drive, controls, connection, clockOffsetMs });
+window.teleop = Object.freeze({ session, stats, drive, controls, connection, plots, clockOffsetMs });
 
 session.start();

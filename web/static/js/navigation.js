@@ -4,6 +4,10 @@
 // Conventions (DESIGN.md): yaw is ENU (0 = east, counter-clockwise), compass
 // heading = (90° − yaw) mod 360; positive pitch is nose-down, positive roll is
 // right side down. The map draws world x east to the right and y north up.
+//
+// Until the magnetometer is calibrated (snapshot.estimation.heading_calibrated false) the
+// heading may be ~10° off: the compass carries an "UNCAL" marker and a dashed amber bezel,
+// and the warning stands above the heading form, so it is read before a turn is sent.
 
 const SVG = "http://www.w3.org/2000/svg";
 const DEG = 180 / Math.PI;
@@ -69,7 +73,20 @@ function createCompass(container) {
   const target = el("path", { d: "M0 -46 L-4 -38 L4 -38 Z", class: "target", visibility: "hidden" }, cardG);
   el("path", { d: "M0 -30 L5 0 L0 -5 L-5 0 Z", class: "lubber" }, svg);
   const text = el("text", { x: 0, y: 20, "text-anchor": "middle", class: "nav-readout big" }, svg);
+  const uncal = el("g", { class: "uncal-marker", visibility: "hidden" }, svg);
+  el("rect", { x: -17, y: 25, width: 34, height: 10, rx: 2 }, uncal);
+  el("text", { x: 0, y: 32.5, "text-anchor": "middle" }, uncal).textContent = "UNCAL";
+  let calibrated = null;
   return {
+    /** true, false, or null (no magnetometer status): only false shows the marker. */
+    setCalibrated(value) {
+      if (value === calibrated) return;
+      calibrated = value;
+      const warn = value === false;
+      uncal.setAttribute("visibility", warn ? "visible" : "hidden");
+      svg.classList.toggle("uncalibrated", warn);
+      svg.setAttribute("aria-label", warn ? "Compass (uncalibrated: may be about 10° off)" : "Compass");
+    },
     set(heading, targetDeg) {
       if (heading === null) {
         text.textContent = "—";
@@ -187,6 +204,8 @@ export function createNavigation({ root, robot }) {
   const input = root.querySelector("#heading-input");
   const status = root.querySelector("#nav-status");
   const calButton = root.querySelector("#magcal-button");
+  const warningEl = root.querySelector("#heading-warning");
+  let headingWarning = null;     // the server's sentence while uncalibrated, else null
   const say = (text, isError = false) => {
     status.textContent = text;
     status.classList.toggle("error", isError);
@@ -195,8 +214,9 @@ export function createNavigation({ root, robot }) {
     e.preventDefault();
     const deg = Number(input.value);
     try {
-      await post("/api/heading", { heading_deg: deg });
-      say(`turning to ${deg.toFixed(0)}°`);
+      const reply = await post("/api/heading", { heading_deg: deg });
+      const warning = (reply && reply.warning) || headingWarning;
+      say(`turning to ${deg.toFixed(0)}°${warning ? " — heading uncalibrated, may be ~10° off" : ""}`);
     } catch (err) {
       say(err.message, true);
     }
@@ -210,17 +230,34 @@ export function createNavigation({ root, robot }) {
     }
   });
 
+  function showWarning(text) {
+    headingWarning = text || null;
+    const show = headingWarning !== null;
+    if (warningEl.hidden === show) warningEl.hidden = !show;
+    if (show && warningEl.textContent !== `⚠ ${headingWarning}`) warningEl.textContent = `⚠ ${headingWarning}`;
+  }
+
   return {
     setState(snap) {
       root.classList.toggle("stale", !snap);
       if (!snap) return;
+      const est = snap.estimation || null;
+      const calibrated = est && typeof est.heading_calibrated === "boolean" ? est.heading_calibrated : null;
+      compass.setCalibrated(calibrated);
+      showWarning(calibrated === false
+        ? est.warning || "heading uncalibrated: it may be ~10° off until a magnetometer calibration runs"
+        : null);
       const v = snap.values || {};
       horizon.set(num(v.roll_rad), num(v.pitch_rad));
       const b = snap.behavior || null;
       const target = b && num(b.target_deg) !== null ? b.target_deg : null;
       compass.set(num(v.heading_deg), target);
       map.set(v, snap.truth && Object.keys(snap.truth).length ? snap.truth : null);
-      if (b && b.name) say(`${b.name}${b.progress !== undefined ? ` ${Math.round(100 * b.progress)} %` : ""}`);
+      if (b && b.name) {
+        const progress = b.progress !== undefined ? ` ${Math.round(100 * b.progress)} %` : "";
+        const uncal = b.name === "heading" && calibrated === false ? " (heading uncalibrated: may be ~10° off)" : "";
+        say(`${b.name}${progress}${uncal}`);
+      }
     },
   };
 }

@@ -4,6 +4,10 @@
 // (push, at the telemetry rate); the chart is redrawn at most once per animation
 // frame, only when new samples arrived. The x scale follows the newest sample, so
 // old points scroll out; arrays are trimmed in batches, not per sample.
+//
+// The y axis spans the channels' own range (ChannelSpec min/max, the union over the
+// chart's channels) and widens only when a value leaves it: an autoscaled flat line
+// would make noise look like motion, and uPlot's range for a flat zero is 0-100.
 
 import uPlot from "../vendor/uplot-1.6.32/uPlot.esm.js";
 import { displayOf, formatNumber, setText } from "./format.js";
@@ -23,6 +27,21 @@ function axis() {
     ticks: { stroke: "#2e3843", width: 1 },
     font: "11px system-ui, sans-serif",
   };
+}
+
+/** The y range of a chart: the channels' [min, max] in display units, widened to the data. */
+export function yRangeOf(items) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const it of items) {
+    const a = Number(it.spec.min) * it.scale;
+    const b = Number(it.spec.max) * it.scale;
+    if (Number.isFinite(a) && Number.isFinite(b) && b > a) {
+      lo = Math.min(lo, a);
+      hi = Math.max(hi, b);
+    }
+  }
+  return hi > lo ? [lo, hi] : null;
 }
 
 function clockLabel(t) {
@@ -89,6 +108,16 @@ export function createPlots({ container, panel, windowSelect }) {
       container.appendChild(box);
       const data = [[], ...members.map(() => [])];
       const width = Math.max(200, container.clientWidth - 12);
+      const specRange = yRangeOf(items);
+      const y = specRange
+        ? {
+          auto: true,
+          range: (u, dmin, dmax) => [
+            Number.isFinite(dmin) ? Math.min(specRange[0], dmin) : specRange[0],
+            Number.isFinite(dmax) ? Math.max(specRange[1], dmax) : specRange[1],
+          ],
+        }
+        : { auto: true };               // no usable min/max: uPlot's own autoscale
       const u = new uPlot({
         width,
         height: HEIGHT_PX,
@@ -96,7 +125,7 @@ export function createPlots({ container, panel, windowSelect }) {
         cursor: { drag: { x: false, y: false } },
         scales: {
           x: { time: true, range: () => (latestT === null ? [0, 1] : [latestT - windowS, latestT]) },
-          y: { auto: true },
+          y,
         },
         axes: [{ ...axis(), values: (u, splits) => splits.map(clockLabel) }, { ...axis(), size: 48, label: unit || undefined, labelSize: 14 }],
         series,
@@ -167,5 +196,15 @@ export function createPlots({ container, panel, windowSelect }) {
   }
   new ResizeObserver(resize).observe(container);
 
-  return { build, push, setState, get count() { return groups.length; } };
+  /** Each chart's channels and its y scale as drawn (tests and the console read it). */
+  function ranges() {
+    return groups.map((g) => ({
+      unit: g.unit,
+      channels: g.items.map((it) => it.spec.name),
+      min: g.u.scales.y.min,
+      max: g.u.scales.y.max,
+    }));
+  }
+
+  return { build, push, setState, ranges, get count() { return groups.length; } };
 }

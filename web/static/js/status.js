@@ -4,7 +4,8 @@
 import { session } from "./session.js";
 import { formatCause, formatNumber, setPrefixedClass, setText } from "./format.js";
 
-const STATE_LABELS = { idle: "idle", running: "running", stopping: "stopping", estop: "E-STOP", fault: "fault" };
+// The badge names a state ("E-STOPPED"); the E-STOP button next to it names an action.
+const STATE_LABELS = { idle: "idle", running: "running", stopping: "stopping", estop: "E-STOPPED", fault: "fault" };
 const TELEMETRY_STALE_MS = 1000;
 
 function fields(root) {
@@ -28,7 +29,7 @@ export function createStateBadge({ badge, banner }) {
       const show = snap !== null && (s === "estop" || s === "fault");
       if (banner.hidden === show) banner.hidden = !show;
       if (show) {
-        setText(b.title, s === "fault" ? "FAULT" : "E-STOP");
+        setText(b.title, s === "fault" ? "Fault:" : "E-stop latched:");
         setText(b.cause, cause || "cause not reported");
         banner.classList.toggle("fault", s === "fault");
       }

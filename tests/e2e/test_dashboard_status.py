@@ -1,0 +1,166 @@
+"""What the dashboard says about the robot's state beyond the raw values, in real Chromium
+against the real server: the setpoint in force and where it came from, plot ranges,
+angle units, an uncalibrated compass, stale sensor channels (issue 8, items 5, 15 and 1).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+
+import pytest
+
+from tests.conftest import DEFAULT_CONFIG, REPO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+
+def drive_readout(dash) -> dict[str, str]:
+    return dash.js("""() => ({
+        linear: document.querySelector('#sp-linear').textContent,
+        angular: document.querySelector('#sp-angular').textContent,
+        source: document.querySelector('#sp-source').textContent,
+        input: document.querySelector('#drive-source').textContent})""")
+
+
+def wait_readout(dash, wait_for, what: str, **want: str) -> dict[str, str]:
+    def shown():
+        r = drive_readout(dash)
+        return r if all(r[k] == v for k, v in want.items()) else None
+    try:
+        return wait_for(shown, 10.0, what)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; the Drive panel shows {drive_readout(dash)}") from None
+
+
+def test_drive_panel_shows_the_setpoint_in_force_and_where_it_came_from(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    wait_readout(dash, wait_for, "a zero setpoint at rest", linear="0.00", angular="0.00", source="none (zero)")
+
+    # driven over HTTP while the page watches (the page's heartbeats keep the link)
+    assert server.post("/api/start")[0] == 200
+    dash.wait_badge("running")
+    status, body = server.post("/api/speed", json={"linear": 0.1, "angular": 0.3})
+    assert status == 200, body
+    assert server.state()["setpoint"]["source"] == "http"
+    wait_readout(dash, wait_for, "the HTTP setpoint in the Drive panel",
+                 linear="0.10", angular="0.30", source="HTTP API", input="none")
+
+    # another client drives over its websocket: the second page's joystick
+    other = open_dashboard(server)
+    other.press_joystick(0.0, 0.3)
+    wait_for(lambda: server.state()["setpoint"]["source"] == "websocket"
+             and server.state()["setpoint"]["linear"] > 0.0, 10.0, "the other page's joystick to take over")
+    wait_readout(dash, wait_for, "the first page to name the other client", source="websocket (another client)")
+    wait_readout(other, wait_for, "the driving page to name itself", source="this page (joystick)", input="joystick")
+    sp = server.state()["setpoint"]
+    shown = drive_readout(other)
+    assert float(shown["linear"]) == pytest.approx(sp["linear"], abs=0.006), (shown, sp)
+    other.release_mouse()
+    wait_readout(dash, wait_for, "zero once the other page lets go", linear="0.00", source="none (zero)")
+
+    # an automatic motion: turn to a heading
+    heading = server.state()["values"]["heading_deg"]
+    status, body = server.post("/api/heading", json={"heading_deg": (heading + 120.0) % 360.0})
+    assert status == 200, body
+    wait_readout(dash, wait_for, "the heading behaviour named as the source", source="automatic: heading")
+    assert server.post("/api/estop")[0] == 200
+    assert dash.console_errors() == [], dash.console_errors()
+
+
+def test_plots_of_a_flat_value_span_the_channels_range(server_factory, open_dashboard, wait_for):
+    server = server_factory()
+    dash = open_dashboard(server)
+    robot = server.get("/api/robot")[1]
+    specs = {c["name"]: c for c in robot["channels"]}
+    assert server.state()["values"]["linear_m_s"] == 0.0, "the rover is at rest: a flat zero"
+    expected = (specs["linear_m_s"]["min"], specs["linear_m_s"]["max"])
+
+    def speed_chart():
+        charts = dash.js("window.teleop.plots.ranges()")
+        chart = next((c for c in charts if "linear_m_s" in c["channels"]), None)
+        return chart if chart and chart["min"] is not None and dash.js(
+            "window.teleop.session.counts.telemetry") > 20 else None
+
+    chart = wait_for(speed_chart, 10.0, "the speed chart to draw its samples")
+    # a flat zero draws on the channel's own range (−1..1 m/s), not on an autoscaled 0..100
+    assert (chart["min"], chart["max"]) == pytest.approx(expected), chart
+
+    # every chart spans at least the union of its channels' ranges, in display units
+    for chart in dash.js("window.teleop.plots.ranges()"):
+        members = [specs[n] for n in chart["channels"]]
+        scale = 180.0 / math.pi if members[0]["unit"] == "rad" else 1.0
+        lo = min(s["min"] for s in members) * scale
+        hi = max(s["max"] for s in members) * scale
+        assert chart["min"] <= lo + 1e-9 and chart["max"] >= hi - 1e-9, (chart, lo, hi)
+
+
+def test_angle_widgets_show_the_degree_sign_never_deg(server_factory, open_dashboard):
+    server = server_factory()
+    dash = open_dashboard(server)
+    dash.page.wait_for_selector('.gauge[data-channel="heading_deg"] .gauge-unit')
+    assert dash.page.inner_text('.gauge[data-channel="heading_deg"] .gauge-unit') == "°"
+    texts = dash.js("""() => [...document.querySelectorAll(
+        '.gauge-unit, .gauge-label, .plot-legend, .nav-readout, #nav-h, .nav-form')].map((el) => el.textContent)""")
+    assert texts and not [t for t in texts if re.search(r"\bdeg\b", t)], texts
+
+
+def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(server_factory, open_dashboard,
+                                                                            wait_for, tmp_path):
+    # the sim rover at 4x, turning fast, so the real calibration run takes seconds; no stored calibration
+    server = server_factory({"driver": {"time_scale": 4.0}, "calibration": {"mag_turn_rate_rad_s": 0.8},
+                             "server": {"state_dir": str(tmp_path)}})
+    estimation = server.state()["estimation"]
+    assert estimation["heading_calibrated"] is False and "10°" in estimation["warning"]
+    dash = open_dashboard(server)
+    page = dash.page
+    warning = page.locator("#heading-warning")
+    warning.wait_for(state="visible")
+    assert estimation["warning"] in warning.inner_text()
+    # …on the compass too, and read before a turn is sent (the heading input points at it)
+    page.wait_for_function("document.querySelector('.nav-compass .uncal-marker').getAttribute('visibility') === 'visible'")
+    assert "uncalibrated" in page.get_attribute(".nav-compass", "class")
+    assert "heading-warning" in page.get_attribute("#heading-input", "aria-describedby")
+    box, form = warning.bounding_box(), page.locator("#heading-form").bounding_box()
+    assert box["y"] + box["height"] <= form["y"], "the warning stands above the heading form"
+
+    # sending a heading says so too
+    assert server.post("/api/start")[0] == 200
+    dash.wait_badge("running")
+    page.fill("#heading-input", "180")
+    page.click("#heading-form button[type=submit]")
+    page.wait_for_function("document.getElementById('nav-status').textContent.includes('uncalibrated')")
+    wait_for(lambda: (server.state().get("behavior") or {}).get("name") == "heading", 10.0, "the heading turn")
+    assert server.post("/api/stop")[0] == 200
+    dash.wait_badge("idle", timeout_s=15)
+
+    # the operator runs the compass calibration from the panel: the flags go away when it is stored
+    assert server.post("/api/start")[0] == 200
+    dash.wait_badge("running")
+    page.click("#magcal-button")
+    wait_for(lambda: server.state()["estimation"]["heading_calibrated"] is True, 90.0,
+             "the magnetometer calibration to finish")
+    warning.wait_for(state="hidden")
+    page.wait_for_function("document.querySelector('.nav-compass .uncal-marker').getAttribute('visibility') === 'hidden'")
+    assert "uncalibrated" not in page.get_attribute(".nav-compass", "class")
+    assert server.post("/api/estop")[0] == 200
+    assert dash.console_errors() == [], dash.console_errors()
+
+
+def test_a_stale_rule_channel_greys_its_gauge(server_factory, open_dashboard, wait_for):
+    # A rule watching a UWB range that never delivers a finite sample (every range drops
+    # out): the server lists the channel in `stale` (docs/api.md "State") while idle.
+    base_rules = tomllib.loads((REPO / DEFAULT_CONFIG).read_text())["safety"]["rules"]
+    rules = base_rules + [{"name": "uwb_watch", "channel": "uwb_range_0_m", "above": 100.0, "category": 1}]
+    server = server_factory({"driver": {"uwb": {"dropout_probability": 1.0}}, "safety": {"rules": rules}})
+    wait_for(lambda: server.state()["stale"] == ["uwb_range_0_m"], 10.0, "the UWB range to be reported stale")
+    dash = open_dashboard(server)
+    page = dash.page
+    page.locator('.gauge[data-channel="uwb_range_0_m"].sensor-stale').wait_for()
+    tag = page.locator('.gauge[data-channel="uwb_range_0_m"] .gauge-stale-tag')
+    assert tag.is_visible() and tag.inner_text().strip().lower() == "stale"
+    # only that one: a fresh channel is not marked
+    assert page.locator(".gauge.sensor-stale").count() == 1
+    assert not page.locator('.gauge[data-channel="battery_v"] .gauge-stale-tag').is_visible()
