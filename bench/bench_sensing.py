@@ -42,6 +42,7 @@ def setup(overrides: dict):
     cfg = load_config(DEFAULT_CONFIG, overrides=overrides)
     driver = build_driver(cfg)
     driver.open()
+    driver.activate()
     stage = build_estimation(cfg, [c.name for c in driver.channels()])
     return cfg, driver, stage
 

@@ -44,6 +44,7 @@ def main() -> None:
         print(f"step, pushing a wall, {label:9s}: {us:7.1f} µs  (collided={pressed.collided})")
     d = SimDriver({}, WORLD)
     d.open()
+    d.activate()
     d.write({"wheel_left": 5.0, "wheel_right": 4.0})
     print(f"SimDriver.read(0.001): {per_call_us(lambda i: d.read(0.001)):7.1f} µs")
     d.close()

@@ -62,7 +62,9 @@ generator spawned from ``seed``, so enabling one does not change another's seque
 
 >>> d = SimDriver({"time_scale": 10.0}, {"size_m": [6.0, 4.0]})
 >>> d.open()
+>>> d.activate()                                   # outputs reach the wheels only while active
 >>> d.write({"wheel_left": 10.0, "wheel_right": 10.0})
+True
 >>> for _ in range(20):
 ...     frame = d.read(0.01)                       # 20 × 0.1 s of sim time
 >>> round(frame.t, 6), round(frame.values["linear_m_s"], 2)
@@ -74,13 +76,14 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import fields
 from typing import Any, Mapping
 
 import numpy as np
 
 from drivers.base import Acquisition, ChannelSpec, Driver, Frame
-from drivers.errors import DriverError, DriverOpenError, DriverTimeoutError
+from drivers.errors import DriverConfigError, DriverError, DriverOpenError, DriverTimeoutError
 from sim.imu import ImuNoise, VirtualImu
 from sim.magnetometer import Magnetometer
 from sim.rover import RoverParams, RoverSim
@@ -207,6 +210,33 @@ class SimDriver(Driver):
     name = "sim"
     max_rate_hz = 1000.0
 
+    @classmethod
+    def from_config(cls, table: Mapping[str, Any], profile: Mapping[str, Any]) -> "SimDriver":
+        """The ``[driver]`` table plus what the profile shares: wheel geometry from ``[robot]``,
+        the loop rate as the default acquisition rate, the UWB anchors from ``[uwb]`` and the
+        world from ``[sim.world]``."""
+        settings = {k: v for k, v in table.items() if k != "name"}
+        robot = profile.get("robot", {})
+        rover = dict(settings.get("rover", {}))
+        for key in ("wheel_radius_m", "track_m"):
+            if key in robot:
+                rover.setdefault(key, robot[key])
+        settings["rover"] = rover
+        settings.setdefault("rate_hz", profile.get("loop", {}).get("rate_hz", 100.0))
+        uwb_cfg = profile.get("uwb", {})
+        if uwb_cfg.get("anchors"):  # configured once, top-level: the same anchors for the sim and the estimator
+            uwb = dict(settings.get("uwb", {}))
+            uwb.setdefault("anchors", uwb_cfg["anchors"])
+            uwb.setdefault("tag_height_m", uwb_cfg.get("tag_height_m", 0.15))
+            settings["uwb"] = uwb
+        seed = settings.pop("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise DriverConfigError("seed", "must be an integer")
+        try:
+            return cls(settings, profile.get("sim", {}).get("world", {}), seed=seed)
+        except (ValueError, TypeError) as err:
+            raise DriverConfigError("", str(err).removeprefix("sim driver: ")) from err
+
     def __init__(self, settings: Mapping[str, Any], world_cfg: Mapping[str, Any], seed: int = 0) -> None:
         super().__init__()
         settings = dict(settings or {})
@@ -257,6 +287,8 @@ class SimDriver(Driver):
         self._fault: str | None = None
         self._forced_battery_v: float | None = None
         self._held: dict[str, float] = {}
+        self._held_t: dict[str, float] = {}
+        self._uwb_host_t = -math.inf
         self._next_sample_t = 0.0
         # the latest pose for other threads (the sim camera): replaced whole, never mutated
         self._pose: dict[str, float] = {}
@@ -273,7 +305,7 @@ class SimDriver(Driver):
         self._next_uwb_t = 0.0
 
     # lifecycle -----------------------------------------------------------
-    def open(self) -> None:
+    def _open(self) -> None:
         """Build the world and a fresh rover (seeded: every open replays the same run)."""
         if self._fault == "open_error":
             raise DriverOpenError("injected open error")
@@ -290,7 +322,6 @@ class SimDriver(Driver):
         self._open_sensors()
         self._sim = sim
         self._pose = self._pose_of(sim)
-        self.is_open = True
         logger.info("sim driver open: world %.1f × %.1f m, seed %d", world.width_m, world.height_m, self._seed)
 
     def _open_sensors(self) -> None:
@@ -309,12 +340,9 @@ class SimDriver(Driver):
         self._uwb_true = list(self._uwb_ranges)
         self._next_uwb_t = 0.0
 
-    def close(self) -> None:
-        """Halt and close; the last :attr:`sim` stays readable."""
-        self.halt()
-        if self.is_open:
-            logger.info("sim driver closed")
-        self.is_open = False
+    def _close(self) -> None:
+        """The last :attr:`sim` stays readable."""
+        logger.info("sim driver closed")
 
     @property
     def sim(self) -> RoverSim | None:
@@ -380,14 +408,14 @@ class SimDriver(Driver):
         return specs
 
     # I/O -----------------------------------------------------------------
-    def read(self, dt_s: float) -> Frame:
+    def _read(self, dt_s: float) -> Frame:
         """Step the simulation by ``dt_s · time_scale`` with the last command and return a frame."""
         if self._fault == "read_error":
             raise DriverError("injected read error")
         if self._fault == "timeout":
             raise DriverTimeoutError("injected timeout: no frame from the simulator")
         sim = self._sim
-        if not self.is_open or sim is None:
+        if sim is None:
             raise DriverError("sim driver is not open")
         dt = float(dt_s) * self.time_scale
         if not (math.isfinite(dt) and dt >= 0.0):
@@ -399,13 +427,18 @@ class SimDriver(Driver):
         sim.step(dt, left, right)
 
         t = sim.sim_time_s
+        now = time.monotonic()
         if self._uwb is not None and t >= self._next_uwb_t - 0.5 * dt:
             self._measure_uwb(sim, t)
+            self._uwb_host_t = now
         period = 1.0 / self._acquisition.rate_hz
         # sample when the next sample instant is nearer than half this step: a loop
         # running at the acquisition rate samples every tick despite jitter
         if not self._held or t >= self._next_sample_t - 0.5 * dt:
             self._held = self._sample(sim)
+            # each value keeps the host time it was sampled (the UWB ranges: when they were measured)
+            self._held_t = {name: (self._uwb_host_t if name.startswith("uwb_range_") else now)
+                            for name in self._held}
             self._next_sample_t += period
             if self._next_sample_t <= t:  # fell behind (first read, long step): restart the grid
                 self._next_sample_t = t + period
@@ -418,7 +451,7 @@ class SimDriver(Driver):
         }
         if self._uwb is not None:
             truth["uwb_true_m"] = self._uwb_true
-        return Frame(t=t, values=dict(self._held), truth=truth)
+        return Frame(t=t, values=dict(self._held), truth=truth, sample_t=dict(self._held_t))
 
     def _measure_uwb(self, sim: RoverSim, t: float) -> None:
         """One set of ranges on the UWB's own grid (like :meth:`read`'s sampling grid)."""
@@ -488,31 +521,12 @@ class SimDriver(Driver):
         active = self._acquisition.channels
         return {name: values[name] for name in active}
 
-    def write(self, command: Mapping[str, float]) -> None:
-        """Set wheel speed commands (rad/s), clipped to the motor limit; missing wheels keep theirs."""
-        if not self.is_open:
-            raise DriverError("sim driver is not open")
-        limits = self.actuators()
-        unknown = [k for k in command if k not in limits]
-        if unknown:
-            raise DriverError(f"unknown actuator(s): {', '.join(map(str, unknown))}")
+    def _write(self, command: Mapping[str, float]) -> None:
+        """Set wheel speed commands (rad/s, already checked against the limits); missing wheels keep theirs."""
         left, right = self._command
-        try:
-            new = {k: float(v) for k, v in command.items()}
-        except (TypeError, ValueError) as err:
-            self.halt()
-            raise DriverError(f"actuator command is not a number: {err}") from err
-        if not all(math.isfinite(v) for v in new.values()):
-            self.halt()
-            raise DriverError("non-finite actuator command; halted")
-        lo, hi = limits["wheel_left"]
-        if "wheel_left" in new:
-            left = min(max(new["wheel_left"], lo), hi)
-        if "wheel_right" in new:
-            right = min(max(new["wheel_right"], lo), hi)
-        self._command = (left, right)
+        self._command = (command.get("wheel_left", left), command.get("wheel_right", right))
 
-    def halt(self) -> None:
+    def _halt(self) -> None:
         """Zero the stored command (one atomic assignment: safe from any thread, never raises)."""
         self._command = (0.0, 0.0)
 
@@ -522,12 +536,11 @@ class SimDriver(Driver):
         return self._command
 
     # acquisition ---------------------------------------------------------
-    def set_acquisition(self, rate_hz: float, channels: list[str] | tuple[str, ...]) -> Acquisition:
-        """As :meth:`Driver.set_acquisition`; the next read samples at once with the new settings."""
-        acq = super().set_acquisition(rate_hz, channels)
+    def _set_acquisition(self, rate_hz: float, channels: tuple[str, ...]) -> Acquisition:
+        """The next read samples at once with the new settings."""
         self._held = {}
         self._next_sample_t = 0.0
-        return acq
+        return Acquisition(rate_hz, channels)
 
     # test hooks ----------------------------------------------------------
     def debug(self, command: Mapping[str, Any]) -> dict[str, Any]:

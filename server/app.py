@@ -17,7 +17,7 @@ import jinja2
 from aiohttp import WSMsgType, web
 
 from drivers.base import Driver
-from drivers.errors import AcquisitionError, DriverError
+from drivers.errors import AcquisitionError, DriverConfigError, DriverError
 from drivers.registry import driver_class
 from server import commands
 from server.config import REPO_ROOT, ConfigError
@@ -46,28 +46,14 @@ ESTIMATION = web.AppKey("estimation", EstimationStage)  # present when the drive
 
 
 def build_driver(cfg: dict[str, Any]) -> Driver:
-    """Instantiate the configured driver; bad driver settings are a :class:`ConfigError`."""
-    settings = dict(cfg["driver"])
-    name = settings.pop("name", "sim")
+    """Instantiate the configured driver from its own table; bad settings are a :class:`ConfigError`."""
+    name = cfg["driver"].get("name", "sim")
     try:
-        cls = driver_class(name)
-        if name == "sim":
-            rover = dict(settings.get("rover", {}))
-            rover.setdefault("wheel_radius_m", cfg["robot"]["wheel_radius_m"])
-            rover.setdefault("track_m", cfg["robot"]["track_m"])
-            settings["rover"] = rover
-            settings.setdefault("rate_hz", cfg["loop"]["rate_hz"])  # sample every tick unless told otherwise
-            if cfg["uwb"]["anchors"]:  # configured once, top-level: the same anchors for the sim and the estimator
-                uwb = dict(settings.get("uwb", {}))
-                uwb.setdefault("anchors", cfg["uwb"]["anchors"])
-                uwb.setdefault("tag_height_m", cfg["uwb"]["tag_height_m"])
-                settings["uwb"] = uwb
-            seed = settings.pop("seed", 0)
-            if isinstance(seed, bool) or not isinstance(seed, int):
-                raise ValueError("seed must be an integer")
-            return cls(settings, cfg["sim"]["world"], seed=seed)
-        return cls(settings)
-    except (ValueError, TypeError, DriverError) as err:
+        return driver_class(name).from_config(cfg["driver"], cfg)
+    except DriverConfigError as err:
+        key = f"driver.{err.key}" if err.key else "driver"
+        raise ConfigError(f"{cfg.get('_source', '<config>')}: [{key}] {err.message}") from err
+    except DriverError as err:
         raise ConfigError(f"{cfg.get('_source', '<config>')}: [driver] {err}") from err
 
 
@@ -324,7 +310,8 @@ def create_app(cfg: dict[str, Any]) -> web.Application:
     app[LIMITS] = Limits.from_config(cfg)
     app[DRIVER] = driver = build_driver(cfg)
     supervisor = Supervisor(SafetyConfig.from_config(cfg))
-    controller = RoverController(app[LIMITS], cfg["robot"]["wheel_radius_m"], cfg["robot"]["track_m"])
+    wheel_limit = min(hi for lo, hi in driver.actuators().values())
+    controller = RoverController(app[LIMITS], cfg["robot"]["wheel_radius_m"], cfg["robot"]["track_m"], wheel_limit)
     app[LOOP] = loop = ControlLoop(
         driver, supervisor, controller,
         rate_hz=cfg["loop"]["rate_hz"], spin_s=cfg["loop"]["spin_us"] * 1e-6, realtime=cfg["loop"]["realtime"],

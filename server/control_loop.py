@@ -28,7 +28,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from drivers.base import Driver
+from drivers.base import Driver, DriverState
 from drivers.errors import DriverError
 from server.controller import RoverController
 from server.safety import Event, Inputs, Refused, State, Supervisor
@@ -172,6 +172,7 @@ class ControlLoop:
         self._tick_state: tuple[int, float, dict[str, float], dict[str, Any]] | None = None
         self.halt_count = 0
         self._cut_for: object | None = None  # the stop cause whose halt() was done
+        self._activated_for = 0  # the supervisor's start count the driver was activated for
         self._last_frame_host_t = -math.inf
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -288,14 +289,21 @@ class ControlLoop:
                     self._halt()
                     self._cut_for = sup.cause
                     self._outputs_zero_event(now)
+            elif mode == "idle":
+                self._cut_for = None
+                if self.driver.state is DriverState.ACTIVE:
+                    self.driver.deactivate()  # a controlled stop came to rest: outputs off
             else:
                 self._cut_for = None
-                if values is not None:
-                    try:
+                try:
+                    if mode == "track" and self._activated_for != sup.starts:
+                        self.driver.activate()  # once per start, under the lock: a halt always wins after it
+                        self._activated_for = sup.starts
+                    if values is not None:
                         self.driver.write(command)
-                    except DriverError as e:
-                        self._halt()
-                        sup.evaluate(Inputs(now, None, f"write failed: {e}"))
+                except DriverError as e:
+                    self._halt()
+                    sup.evaluate(Inputs(now, None, f"write failed: {e}"))
             if sup.state is not State.RUNNING:
                 self.setpoint = (0.0, 0.0)
             self.seq += 1

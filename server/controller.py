@@ -40,8 +40,10 @@ def _approach(current: float, target: float, step: float) -> float:
 class RoverController:
     """Ramps (linear, angular) toward the setpoint and converts to wheel speeds."""
 
-    def __init__(self, limits: Limits, wheel_radius_m: float, track_m: float) -> None:
+    def __init__(self, limits: Limits, wheel_radius_m: float, track_m: float,
+                 max_wheel_rad_s: float = float("inf")) -> None:
         self.limits = limits
+        self.max_wheel_rad_s = max_wheel_rad_s
         self.wheel_radius_m = wheel_radius_m
         self.track_m = track_m
         self.linear = 0.0
@@ -71,4 +73,8 @@ class RoverController:
             self.linear = 0.0
             self.angular = 0.0
         left, right = wheel_speeds(self.linear, self.angular, self.track_m, self.wheel_radius_m)
+        peak = max(abs(left), abs(right))
+        if peak > self.max_wheel_rad_s:  # desaturate: scale both wheels, keeping the curvature
+            k = self.max_wheel_rad_s / peak
+            left, right = left * k, right * k
         return {"wheel_left": left, "wheel_right": right}

@@ -179,6 +179,7 @@ class Supervisor:
         self.last_values: dict[str, float] = {}
         self.last_frame_t = -math.inf
         self.events: list[Event] = []  # drained by the control loop after each call
+        self.starts = 0  # counts accepted starts: the control loop activates the driver once per start
 
     # ------------------------------------------------------------------ helpers
     def _transition(self, now: float, new: State, trigger: str, message: str, kind: str = "safety",
@@ -225,6 +226,7 @@ class Supervisor:
             raise Refused("prestart_failed", "pre-start checks failed: " + "; ".join(failed), failed)
         self.touch(now)
         self.command_expiry_t = math.inf
+        self.starts += 1
         self._transition(now, State.RUNNING, "start", "started by the operator", kind="command")
 
     def prestart_failures(self, now: float) -> list[str]:

@@ -15,8 +15,9 @@ import threading
 
 import pytest
 
-from drivers.base import WIDGETS, Acquisition, ChannelSpec, Driver, Frame
-from drivers.errors import AcquisitionError, DriverError, DriverOpenError, DriverTimeoutError
+from drivers.base import WIDGETS, Acquisition, ChannelSpec, Driver, DriverState, Frame
+from drivers.errors import (AcquisitionError, DriverCommandError, DriverConfigError, DriverError, DriverOpenError,
+                            DriverTimeoutError)
 from drivers.registry import driver_class
 from drivers.sim import SimDriver
 
@@ -41,7 +42,9 @@ class DriverContract:
 
     @pytest.fixture
     def opened(self, driver: Driver):
+        """Open and active: writes reach the outputs."""
         driver.open()
+        driver.activate()
         yield driver
         driver.close()
 
@@ -89,9 +92,35 @@ class DriverContract:
         finally:
             driver.close()
 
-    def test_write_refused_while_closed(self, driver):
+    def test_lifecycle_states(self, driver):
+        assert driver.state is DriverState.CLOSED
         with pytest.raises(DriverError):
-            driver.write(self.moving_command(driver))
+            driver.activate()  # a closed driver cannot move
+        driver.open()
+        try:
+            assert driver.state is DriverState.INACTIVE
+            driver.activate()
+            assert driver.state is DriverState.ACTIVE
+            driver.deactivate()
+            assert driver.state is DriverState.INACTIVE
+            driver.activate()
+            driver.halt()
+            assert driver.state is DriverState.INACTIVE
+        finally:
+            driver.close()
+        assert driver.state is DriverState.CLOSED
+
+    def test_write_dropped_while_closed(self, driver):
+        assert driver.write(self.moving_command(driver)) is False
+        assert driver.dropped_writes == 1
+
+    def test_write_dropped_while_inactive_nothing_moves(self, driver):
+        driver.open()
+        try:
+            assert driver.write(self.moving_command(driver)) is False
+            assert self.motion(driver, self.settle(driver)) == pytest.approx(0.0, abs=1e-9)
+        finally:
+            driver.close()
 
     # ---- description ---------------------------------------------------
     def test_channels_are_well_formed(self, driver):
@@ -139,15 +168,21 @@ class DriverContract:
 
     def test_write_then_read_moves(self, opened):
         assert self.motion(opened, opened.read(self.read_dt_s)) == pytest.approx(0.0, abs=1e-9)
-        opened.write(self.moving_command(opened))
+        assert opened.write(self.moving_command(opened)) is True
         assert self.motion(opened, self.settle(opened)) > 0.1
 
-    def test_write_beyond_the_limits_is_clamped_not_refused(self, opened):
-        opened.write({name: 10.0 * hi + 1.0 for name, (lo, hi) in opened.actuators().items()})
-        frame = self.settle(opened)
-        for c in opened.channels():
-            if c.unit in MOTION_UNITS:
-                assert c.min - 1e-9 <= frame.values[c.name] <= c.max + 1e-9, c.name
+    @pytest.mark.parametrize("bad", ["beyond", math.nan, math.inf, "text", True])
+    def test_fail__write_beyond_limits_or_not_finite_writes_nothing(self, opened, bad):
+        name, (lo, hi) = next(iter(opened.actuators().items()))
+        value = 10.0 * hi + 1.0 if bad == "beyond" else bad
+        with pytest.raises(DriverCommandError):
+            opened.write({**self.moving_command(opened), name: value})
+        assert self.motion(opened, self.settle(opened)) == pytest.approx(0.0, abs=1e-9)
+
+    def test_every_value_carries_its_sample_time(self, opened):
+        frame = opened.read(self.read_dt_s)
+        assert set(frame.sample_t) >= set(frame.values)
+        assert all(math.isfinite(t) for t in frame.sample_t.values())
 
     def test_fail__write_to_an_unknown_actuator(self, opened):
         with pytest.raises(DriverError):
@@ -159,6 +194,14 @@ class DriverContract:
         moving = self.motion(opened, self.settle(opened))
         opened.halt()
         assert self.motion(opened, self.settle(opened)) < self.stopped_fraction * moving
+
+    def test_halt_holds_until_activated_again(self, opened):
+        opened.halt()
+        assert opened.write(self.moving_command(opened)) is False  # a command computed before the halt
+        assert self.motion(opened, self.settle(opened)) == pytest.approx(0.0, abs=1e-9)
+        opened.activate()
+        assert opened.write(self.moving_command(opened)) is True
+        assert self.motion(opened, self.settle(opened)) > 0.1
 
     def test_halt_never_raises_closed_or_faulted(self, driver):
         driver.halt()  # never opened
@@ -193,7 +236,7 @@ class DriverContract:
         assert self.motion(opened, self.settle(opened)) < 0.05
 
     # ---- acquisition ---------------------------------------------------
-    @pytest.mark.parametrize("rate", [0, -1.0, math.nan, math.inf, "fast", True, None, 1e9])
+    @pytest.mark.parametrize("rate", [0, -1.0, 1e-3, math.nan, math.inf, "fast", True, None, 1e9])
     def test_fail__set_acquisition_bad_rate_changes_nothing(self, driver, rate):
         before = driver.get_acquisition()
         with pytest.raises(AcquisitionError):
@@ -257,6 +300,7 @@ class TestSimDriver(DriverContract):
     def make(self, settings: dict | None = None, world: dict | None = None, seed: int = 3) -> SimDriver:
         d = SimDriver(settings or {}, world or WORLD, seed=seed)
         d.open()
+        d.activate()
         return d
 
     # ---- description ---------------------------------------------------
@@ -326,20 +370,42 @@ class TestSimDriver(DriverContract):
         assert frame.values["range_front_m"] == pytest.approx(0.02)  # under the sonar's minimum
         assert frame.values["current_left_a"] > 2.0  # stalled
 
-    def test_write_clamps_and_keeps_the_other_wheel(self):
+    def test_write_keeps_the_other_wheel(self):
         d = self.make()
-        d.write({"wheel_left": 99.0, "wheel_right": -5.0})
+        d.write({"wheel_left": 20.0, "wheel_right": -5.0})
         assert d.command == (20.0, -5.0)
         d.write({"wheel_right": 3.0})
         assert d.command == (20.0, 3.0)
 
-    @pytest.mark.parametrize("bad", [math.nan, math.inf, "x"])
-    def test_fail__non_finite_write_halts_and_raises(self, bad):
+    @pytest.mark.parametrize("bad", [math.nan, math.inf, "x", 99.0])
+    def test_fail__bad_write_keeps_the_last_command(self, bad):
         d = self.make()
         d.write({"wheel_left": 5.0, "wheel_right": 5.0})
-        with pytest.raises(DriverError):
-            d.write({"wheel_left": bad})
-        assert d.command == (0.0, 0.0)
+        with pytest.raises(DriverCommandError):
+            d.write({"wheel_left": bad, "wheel_right": 0.0})
+        assert d.command == (5.0, 5.0)
+
+    def test_held_values_keep_their_old_sample_time(self):
+        d = self.make({"rate_hz": 100.0})
+        d.set_acquisition(1.0, ["linear_m_s", "battery_v"])
+        first = d.read(0.01).sample_t
+        later = [d.read(0.01).sample_t for _ in range(5)]  # 50 ms of a 1 s sampling period
+        assert all(s == first for s in later)
+
+    def test_from_config_takes_shared_keys_from_the_profile(self):
+        profile = {"robot": {"wheel_radius_m": 0.04, "track_m": 0.25}, "loop": {"rate_hz": 200.0},
+                   "uwb": {"anchors": [[0.0, 0.0, 2.0], [6.0, 0.0, 2.0], [6.0, 4.0, 2.0]], "tag_height_m": 0.1},
+                   "sim": {"world": WORLD}}
+        d = SimDriver.from_config({"name": "sim", "seed": 2, "uwb": {"sigma_m": 0.01}}, profile)
+        assert (d.params.wheel_radius_m, d.params.track_m) == (0.04, 0.25)
+        assert d.get_acquisition().rate_hz == 200.0
+        assert "uwb_range_2_m" in {c.name for c in d.channels()}
+
+    @pytest.mark.parametrize("table, key", [({"seed": "x"}, "seed"), ({"bogus": 1}, "")])
+    def test_fail__from_config_names_the_key(self, table, key):
+        with pytest.raises(DriverConfigError) as err:
+            SimDriver.from_config(table, {"sim": {"world": WORLD}})
+        assert err.value.key == key
 
     def test_halt_zeroes_the_stored_command_at_once(self):
         d = self.make()
@@ -356,6 +422,7 @@ class TestSimDriver(DriverContract):
         first = run(d)
         d.close()
         d.open()
+        d.activate()
         assert run(d) == first
         assert run(self.make(seed=4)) != first
 
@@ -426,6 +493,7 @@ class TestSimDriver(DriverContract):
         d = SimDriver({"start_pose": [1.0, 2.0, 0.0]}, WORLD)
         assert d.pose_snapshot() == {}
         d.open()
+        d.activate()
         snap = d.pose_snapshot()
         assert snap == {"x": 1.0, "y": 2.0, "z": 0.0, "yaw": 0.0, "pitch": 0.0, "roll": 0.0, "t": 0.0}
         d.write({"wheel_left": 10.0, "wheel_right": 10.0})

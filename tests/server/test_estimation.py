@@ -115,6 +115,7 @@ def circle_run(seconds: float, dt: float = 0.01) -> dict[str, np.ndarray]:
         "start_pose": [3.0, 1.0, 0.0], "rover": {"wheel_radius_m": 0.0515}, **CLEAN_MAG}})
     driver = build_driver(cfg)
     driver.open()
+    driver.activate()
     stage = build_estimation(cfg, [c.name for c in driver.channels()])
     assert stage is not None and stage.has_uwb and stage.has_mag
     r, track = 0.0515, cfg["robot"]["track_m"]

@@ -25,6 +25,7 @@ RANGES = [f"uwb_range_{i}_m" for i in range(4)]
 def make(seed: int = 1, world: dict | None = None, **settings) -> SimDriver:
     d = SimDriver({"rate_hz": 100.0, **settings}, world or WORLD, seed=seed)
     d.open()
+    d.activate()
     return d
 
 
@@ -155,6 +156,7 @@ def test_reopen_replays_the_same_sensor_streams() -> None:
     first = [dict(d.read(0.01).values) for _ in range(20)]
     d.close()
     d.open()
+    d.activate()
     assert [dict(d.read(0.01).values) for _ in range(20)] == first
 
 
