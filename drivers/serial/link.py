@@ -45,14 +45,8 @@ from typing import Any, Callable
 
 import serial
 
-from drivers.errors import DriverError, DriverOpenError, DriverTimeoutError
+from drivers.errors import DriverError, DriverLinkError, DriverOpenError, DriverTimeoutError
 from drivers.serial.codec import Decoder, Invalid
-
-try:  # the new driver base (issue 9) adds DriverLinkError to drivers.errors
-    from drivers.errors import DriverLinkError
-except ImportError:  # pragma: no cover - until the base lands on main
-    class DriverLinkError(DriverError):  # type: ignore[no-redef]
-        """The port was lost (unplugged, closed by the other end)."""
 
 logger = logging.getLogger(__name__)
 
