@@ -338,6 +338,11 @@ class FaulhaberDriver(Driver):
         """The motion axis behind an actuator (program execution, tests)."""
         return self._axes[name]
 
+    def positions(self) -> dict[str, float]:
+        """The latest polled position of each axis, rad (thread-safe; program execution waits on it)."""
+        with self._lock:
+            return {name: s.position_rad for name, (s, _t) in self._samples.items()}
+
     def health(self) -> dict[str, Any]:
         link = self._link
         out: dict[str, Any] = {"port": self.port, "baudrate": self.baudrate, "clean_polls": self.clean_polls}
