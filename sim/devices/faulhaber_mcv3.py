@@ -381,7 +381,7 @@ class McV3Bus:
         if self._last_t is None:
             self._last_t = now_s
             return
-        dt = min(0.1, max(0.0, now_s - self._last_t))
+        dt = min(10.0, max(0.0, now_s - self._last_t))
         self._last_t = now_s
         if dt > 0:
             for d in self.drives.values():

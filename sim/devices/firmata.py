@@ -228,9 +228,9 @@ class FirmataBoard:
         while now_s >= self._next_sample_t:
             if c.baudrate and self._backlog_s(now_s) > _TX_BUFFER * 10.0 / c.baudrate:
                 return  # Serial.write blocks on a full TX buffer: the loop stalls
-            self._next_sample_t += interval
-            if self._next_sample_t < now_s - 1.0:
-                self._next_sample_t = now_s  # after a long stall, do not burst a second of samples
+            # the firmware's loop never stops sampling: an interval missed here (a runner that woke late)
+            # is skipped, not made up for in a burst
+            self._next_sample_t = max(self._next_sample_t + interval, now_s - interval + 1e-9)
             counts = self._analog_counts()
             msg = bytearray()
             for pin in c.analog_pins:
@@ -303,7 +303,7 @@ class FirmataBoard:
         if self._last_t is None:
             self._last_t = now_s
             return
-        dt = min(0.1, max(0.0, now_s - self._last_t))  # a stalled runner must not make a giant step
+        dt = min(10.0, max(0.0, now_s - self._last_t))  # the rover sub-steps on its own
         self._last_t = now_s
         if dt > 0:
             left, right = self.wheel_commands()
@@ -402,7 +402,7 @@ class FirmataBoard:
             return
         if mode == _MODE_OUTPUT and self.mode[pin] == _MODE_PWM:
             self.digital_out[pin] = 0  # disable PWM: digitalWrite(LOW)
-        if mode == _MODE_PWM:
+        if mode == _MODE_PWM or self.mode[pin] in (_MODE_PWM, _MODE_SERVO):
             self.pwm[pin] = 0
         if mode in (_MODE_INPUT, _MODE_PULLUP, _MODE_ANALOG):
             self.digital_out[pin] = 0

@@ -85,8 +85,14 @@ class MotorAxis:
 
     # physics -------------------------------------------------------------------
     def step(self, dt_s: float) -> None:
-        if dt_s <= 0:
-            return
+        """Advance ``dt_s``, in sub-steps of at most :attr:`max_substep_s` (the profile is piecewise)."""
+        n = max(1, math.ceil(dt_s / self.max_substep_s - 1e-9)) if dt_s > 0 else 0
+        for _ in range(n):
+            self._step(dt_s / n)
+
+    max_substep_s = 0.001
+
+    def _step(self, dt_s: float) -> None:
         v0 = self.speed_rev_s
         if self.blocked:
             v = 0.0
