@@ -39,8 +39,9 @@ def test_pyfirmata2_parses_our_capability_report_into_the_uno_layout(monkeypatch
             layout = client._layout
         finally:
             client.exit()
-    assert list(layout["digital"]) == list(range(20))
-    assert list(layout["analog"]) == list(range(14, 20))  # A0–A5 are pins 14–19 on an Uno
+    # pyfirmata2 numbers the pins that are not analog as digital 0..13 and the analog ones as A0..A5
+    assert list(layout["digital"]) == list(range(14))
+    assert list(layout["analog"]) == list(range(6))
     assert list(layout["pwm"]) == [3, 5, 6, 9, 10, 11]
     assert list(layout["disabled"]) == [0, 1]  # RX/TX report no modes
 
