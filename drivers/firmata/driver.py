@@ -500,7 +500,6 @@ class FirmataDriver(Driver):
             raise DriverLinkError("firmata: not connected")
         if link.lost is not None:
             raise self._fail(link.lost)
-        now = time.monotonic()
         if self._board_reset:
             self._board_reset = False
             raise self._fail(DriverProtocolError(f"firmata: the board on {self.port} reset itself (power, watchdog "
@@ -515,6 +514,7 @@ class FirmataDriver(Driver):
             last_rx = self._last_rx_t
             raw = dict(self._analog_raw)
             ports = dict(self._ports)
+        now = time.monotonic()  # after the snapshot: no sample is newer than the frame
         if now - last_rx > self.stale_s:
             raise self._fail(DriverTimeoutError(f"firmata: nothing from the board on {self.port} for "
                                                 f"{now - last_rx:.2f} s (stale_s={self.stale_s:g})"))
@@ -547,9 +547,13 @@ class FirmataDriver(Driver):
         deadline = time.monotonic() + self.stale_s
         while time.monotonic() < deadline:
             time.sleep(0.001)
+            link = self._link
+            if link is not None and link.lost is not None:
+                raise self._fail(link.lost)
             with self._lock:
                 raw = dict(self._analog_raw)
                 ports = dict(self._ports)
+                raw_t = self._last_rx_t
             still = []
             for name in missing:
                 a = next((x for x in self.analog if x.name == name), None)
@@ -561,11 +565,12 @@ class FirmataDriver(Driver):
                 if d is not None and d.pin // 8 in ports:
                     level = (ports[d.pin // 8] >> (d.pin % 8)) & 1
                     frame.values[name] = float(level == (0 if d.active_low else 1))
-                    frame.sample_t[name] = self._last_rx_t
+                    frame.sample_t[name] = raw_t
                     continue
                 still.append(name)
             missing = still
             if not missing:
+                frame.t = time.monotonic()
                 return frame
         raise self._fail(DriverTimeoutError(f"firmata: no sample yet for {', '.join(missing)} after "
                                             f"{self.stale_s:g} s"))
