@@ -207,9 +207,14 @@ class ProgramRunner:
 
     def _wait_reached(self, targets: dict[str, float], tol: float, timeout_s: float, stop: threading.Event) -> None:
         deadline = self.clock() + timeout_s
+        # never finer than the encoder: a target is reached when it reads back within half an increment
+        tols = {}
+        for j in targets:
+            c = self.driver.axis(j).config
+            tols[j] = max(tol, 0.51 * 2 * math.pi / (c.gear_ratio * c.counts_per_rev))
         while True:
             pos = self.driver.positions()
-            if all(j in pos and abs(pos[j] - q) <= tol for j, q in targets.items()):
+            if all(j in pos and abs(pos[j] - q) <= tols[j] for j, q in targets.items()):
                 return
             if self.clock() > deadline:
                 raise ProgramError(f"joints did not reach {targets} within {timeout_s:g} s (at {pos})")
