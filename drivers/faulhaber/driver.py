@@ -168,6 +168,7 @@ class FaulhaberDriver(Driver):
             raise DriverOpenError(f"{self.name}: configuring the drives on {self.port!r} failed: {err}") from err
         self._link = link
         self._axes = axes
+        self._fault = None
         self._samples.clear()
         self._poll_error = self._command_error = None
         self._sent.clear()
@@ -252,20 +253,32 @@ class FaulhaberDriver(Driver):
             if self.poll_interval_s:
                 self._stop.wait(self.poll_interval_s)
 
-    def _check_faults(self) -> None:
+    def _pending_fault(self) -> DriverError | None:
+        """The fault ``read()`` would raise now, or None (does not change anything)."""
         link = self._link
+        if self._fault is not None:
+            return self._fault
         if link is None:
-            raise DriverLinkError(f"{self.name}: not connected")
+            return DriverLinkError(f"{self.name}: not connected")
         if link.lost is not None:
-            raise link.lost
+            return link.lost
         err = self._command_error or self._poll_error
         if err is not None:
-            self._command_error = None
-            raise err
+            return err
         limit = self.timeouts_moving if self._moving else self.timeouts_idle
         if link.consecutive_timeouts >= limit:
-            raise DriverTimeoutError(f"{self.name}: {link.consecutive_timeouts} timeouts in a row on {self.port} "
-                                     f"(limit {limit} while {'moving' if self._moving else 'idle'})")
+            return DriverTimeoutError(f"{self.name}: {link.consecutive_timeouts} timeouts in a row on {self.port} "
+                                      f"(limit {limit} while {'moving' if self._moving else 'idle'})")
+        return None
+
+    def _check_faults(self) -> None:
+        """Raise the pending fault; it sticks until :meth:`reconnect` (never healed behind the supervisor)."""
+        err = self._pending_fault()
+        if err is not None:
+            self._fault = err
+            raise err
+
+    _fault: DriverError | None = None
 
     def _read(self, dt_s: float) -> Frame:
         try:
@@ -350,6 +363,8 @@ class FaulhaberDriver(Driver):
             out.update(link.counters.as_dict())
             out["connected"] = link.lost is None
             out["consecutive_timeouts"] = link.consecutive_timeouts
+        fault = self._pending_fault() if link is not None else self._fault
+        out["fault"] = str(fault) if fault is not None else None
         return out
 
 

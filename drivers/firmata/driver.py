@@ -308,11 +308,13 @@ class FirmataDriver(Driver):
         on = {a.channel for a in active}
         for a in self.analog:
             data += fp.encode_report_analog(a.channel, a.channel in on)
-        link.send(bytes(data))
+        link.send(bytes(data), droppable=False)
 
     # ------------------------------------------------------------------ lifecycle
     def _open(self) -> None:
         self._reset_values()
+        self._fault = None
+        self._board_reset = False
         link = SerialLink(self.port, fp.FirmataDecoder(), baudrate=self.baudrate, on_message=self._on_message,
                           reply_timeout_s=self.query_timeout_s, name=f"firmata {self.port}")
         link.open()
@@ -328,13 +330,13 @@ class FirmataDriver(Driver):
     def _handshake(self, link: SerialLink) -> None:
         # the board resets when the port opens; StandardFirmata sends its version after the boot blink
         if not self._version_event.wait(self.banner_wait_s):
-            link.send(fp.encode_report_version() + fp.encode_query_firmware())
+            link.send(fp.encode_report_version() + fp.encode_query_firmware(), droppable=False)
             if not self._version_event.wait(self.query_timeout_s):
                 raise DriverOpenError(f"firmata: no answer from {self.port!r} within "
                                       f"{self.banner_wait_s + self.query_timeout_s:g} s (is StandardFirmata loaded, "
                                       f"is the baud rate {self.baudrate}?)")
         if not self._firmware_event.wait(self.query_timeout_s):
-            link.send(fp.encode_query_firmware())
+            link.send(fp.encode_query_firmware(), droppable=False)
             self._firmware_event.wait(self.query_timeout_s)
         try:
             caps = link.request(fp.encode_capability_query(), lambda m: isinstance(m, fp.CapabilityResponse),
@@ -400,15 +402,17 @@ class FirmataDriver(Driver):
         for a in self.analog:  # ANALOG mode turns reporting on: set it, then choose below
             pin = self.analog_map.index(a.channel)
             data += fp.encode_set_pin_mode(pin, fp.PinMode.ANALOG)
-        link.send(bytes(data))
+        link.send(bytes(data), droppable=False)  # a halt right after open must not drop the configuration
         self._sent.clear()
         acq = self._acquisition
         self._configure_reporting(acq, self._interval_ms(acq.rate_hz))
         if self.has_keep_alive and self.keep_alive_s:
-            link.send(fp.encode_keep_alive(self.keep_alive_s))
+            link.send(fp.encode_keep_alive(self.keep_alive_s), droppable=False)
             self._last_keep_alive_t = time.monotonic()
 
     def _activate(self) -> None:
+        if self._fault is not None:
+            raise self._fault
         link = self._require_link()
         if self.relay_pin is not None:
             link.send(fp.encode_set_digital_pin(self.relay_pin, True))
@@ -455,7 +459,7 @@ class FirmataDriver(Driver):
         """Refresh FirmataExpress's KEEP_ALIVE now (the control loop may call it; every read does)."""
         link = self._link
         if link is not None and self.has_keep_alive and self.keep_alive_s and link.lost is None:
-            link.send(fp.encode_keep_alive(self.keep_alive_s))
+            link.send(fp.encode_keep_alive(self.keep_alive_s), droppable=False)
             self._last_keep_alive_t = time.monotonic()
 
     # ------------------------------------------------------------------ I/O
@@ -490,14 +494,22 @@ class FirmataDriver(Driver):
     _board_reset = False
 
     def _fail(self, err: DriverError) -> DriverError:
-        """Make the outputs safe before the error reaches the control loop (it faults on it)."""
+        """Make the outputs safe before the error reaches the control loop (it faults on it).
+
+        The fault sticks: every later read raises it until :meth:`reconnect` (a driver
+        never heals itself behind the supervisor's back)."""
+        self._fault = err
         self.halt()
         return err
+
+    _fault: DriverError | None = None
 
     def _read(self, dt_s: float) -> Frame:
         link = self._link
         if link is None:
             raise DriverLinkError("firmata: not connected")
+        if self._fault is not None:
+            raise self._fail(self._fault)
         if link.lost is not None:
             raise self._fail(link.lost)
         if self._board_reset:
@@ -617,4 +629,5 @@ class FirmataDriver(Driver):
             out.update(link.counters.as_dict())
             out["connected"] = link.lost is None
             out["silent_s"] = round(time.monotonic() - self._last_rx_t, 3) if self._last_rx_t else None
+        out["fault"] = str(self._fault) if self._fault is not None else None
         return out

@@ -14,8 +14,8 @@ Model:
   matching reply, a timeout (``DriverTimeoutError``) or link loss
   (``DriverLinkError``). Requests from different threads are serialised.
 * ``send_stop(data)`` is the stop lane: the queued, not yet written commands
-  are dropped (they could restart motion after the halt) and the stop bytes go
-  out next, even while a request waits for its answer and even on a
+  are dropped (they could restart motion after the halt; queued requests stay,
+  a query moves nothing) and the stop bytes go out next, even while a request waits for its answer and even on a
   half-duplex line waiting for a reply.
 * Replies are matched to *expectations* registered by the writer thread in
   wire order. With ``ordered=True`` (FAULHABER ASCII: replies carry no node or
@@ -103,12 +103,14 @@ class _Expectation:
 
 
 class _Item:
-    __slots__ = ("data", "expectations", "key")
+    __slots__ = ("data", "expectations", "key", "droppable")
 
-    def __init__(self, data: bytes, expectations: list[_Expectation], key: object = None) -> None:
+    def __init__(self, data: bytes, expectations: list[_Expectation], key: object = None,
+                 droppable: bool = True) -> None:
         self.data = data
         self.expectations = expectations
         self.key = key
+        self.droppable = droppable  # commands are dropped by a stop; requests (queries) are not
 
 
 def open_port(url: str, **kwargs: Any) -> serial.SerialBase:
@@ -251,8 +253,11 @@ class SerialLink:
     # sending ---------------------------------------------------------------
     def send(self, data: bytes, replies: int = 0,
              on_reply: Callable[[object | None, BaseException | None], None] | None = None,
-             match: Callable[[object], bool] | None = None, key: object = None) -> None:
+             match: Callable[[object], bool] | None = None, key: object = None, droppable: bool = True) -> None:
         """Queue ``data``; never blocks. ``replies`` answers are expected (and absorbed).
+
+        A stop drops queued ``droppable`` items (motion commands); configuration
+        (pin modes, reporting, sampling interval) is sent with ``droppable=False``.
 
         With a ``key``, a queued, not yet written item with the same key is replaced
         (a setpoint stream on a slow line keeps only the latest value: at 9600 baud one
@@ -264,23 +269,24 @@ class SerialLink:
             if key is not None:
                 for i, item in enumerate(self._queue):
                     if item.key == key:
-                        self._queue[i] = _Item(bytes(data), exps, key)
+                        self._queue[i] = _Item(bytes(data), exps, key, droppable)
                         self.counters.coalesced += 1
                         self._cond.notify_all()
                         return
-            self._queue.append(_Item(bytes(data), exps, key))
+            self._queue.append(_Item(bytes(data), exps, key, droppable))
             self._cond.notify_all()
 
     def send_stop(self, data: bytes, replies: int = 0) -> None:
         """The stop lane: drop queued commands, write ``data`` before anything else. Never raises."""
         exps = [_Expectation(None, self.reply_timeout_s) for _ in range(replies)]
         with self._cond:
-            dropped = len(self._queue)
+            keep = collections.deque(item for item in self._queue if not item.droppable)
             for item in self._queue:
-                for e in item.expectations:
-                    e.finish(None, DriverError(f"{self.name}: dropped by a stop"))
-            self._queue.clear()
-            self.counters.dropped_commands += dropped
+                if item.droppable:
+                    for e in item.expectations:
+                        e.finish(None, None)  # nobody waits on a command's answer: absorbed
+            self.counters.dropped_commands += len(self._queue) - len(keep)
+            self._queue = keep
             self._stop_lane.append(_Item(bytes(data), exps))
             self.counters.stops_sent += 1
             self._cond.notify_all()
@@ -298,7 +304,7 @@ class SerialLink:
                 self.check()
                 exp = _Expectation(match, timeout_s)
                 with self._cond:
-                    self._queue.append(_Item(bytes(data), [exp]))
+                    self._queue.append(_Item(bytes(data), [exp], droppable=False))
                     self._cond.notify_all()
                 # the writer expires it at its deadline; the margin covers a writer busy elsewhere
                 if not exp.done.wait(timeout_s + self.write_timeout_s + 1.0):
@@ -334,6 +340,7 @@ class SerialLink:
                     e.sent_t = now
                     e.deadline = now + e.timeout_s
                     self._pending.append(e)
+            self.counters.bytes_out += len(item.data)  # before the write: the answer may beat the next line
             try:
                 port.write(item.data)
                 port.flush()
@@ -341,7 +348,6 @@ class SerialLink:
                 self._mark_lost(err)
                 return
             self.last_write_t = time.monotonic()
-            self.counters.bytes_out += len(item.data)
             with self._cond:
                 self._cond.notify_all()
 

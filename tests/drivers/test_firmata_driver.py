@@ -34,9 +34,9 @@ TABLE = {
                            "max": 5},
         "current_right_a": {"channel": 3, "poly": [-2.5 / 0.185, 5.0 / 1023 / 0.185], "unit": "A", "min": -5,
                             "max": 5},
-        "wheel_left_rad_s": {"channel": 4, "poly": [-MAX_W * 511.5 / 511.5, MAX_W / 511.5], "unit": "rad/s",
+        "wheel_left_rad_s": {"channel": 4, "poly": [-MAX_W * 512 / 511.5, MAX_W / 511.5], "unit": "rad/s",
                              "min": -25, "max": 25},
-        "wheel_right_rad_s": {"channel": 5, "poly": [-MAX_W, MAX_W / 511.5], "unit": "rad/s", "min": -25, "max": 25},
+        "wheel_right_rad_s": {"channel": 5, "poly": [-MAX_W * 512 / 511.5, MAX_W / 511.5], "unit": "rad/s", "min": -25, "max": 25},
     },
     "wheels": {
         "wheel_left": {"pwm_pin": 5, "dir_pin": 4, "max_rad_s": MAX_W},
