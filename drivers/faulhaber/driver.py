@@ -202,12 +202,12 @@ class FaulhaberDriver(Driver):
 
     def _close(self) -> None:
         self._stop.set()
-        if self._poller is not None and self._poller is not threading.current_thread():
-            self._poller.join(2.0 + 4 * self.reply_timeout_s)
-        self._poller = None
         link, self._link = self._link, None
         if link is not None:
-            link.close()
+            link.close()  # writes the queued stop bytes, then fails a poll still waiting: the poller ends
+        if self._poller is not None and self._poller is not threading.current_thread():
+            self._poller.join(2.0)
+        self._poller = None
         self._axes = {}
 
     def reconnect(self, timeout_s: float | None = None, stop: threading.Event | None = None) -> int:
@@ -240,15 +240,15 @@ class FaulhaberDriver(Driver):
                 except DriverTimeoutError:
                     continue  # counted by the link; read() decides when it is a fault
                 except DriverError as err:
-                    error = err
+                    error = self._poll_error = err  # at once: the next axis' poll may wait a long time
                     continue
                 with self._lock:
                     self._samples[name] = (sample, time.monotonic())
                 if sample.fault:
-                    error = DriverProtocolError(f"{self.name}: drive {name} (node {axis.config.node}) in "
-                                                f"{sample.fault}")
-            self._poll_error = error
+                    error = self._poll_error = DriverProtocolError(
+                        f"{self.name}: drive {name} (node {axis.config.node}) in {sample.fault}")
             if error is None and link.consecutive_timeouts == 0:
+                self._poll_error = None
                 self.clean_polls += 1
             if self.poll_interval_s:
                 self._stop.wait(self.poll_interval_s)

@@ -25,8 +25,11 @@ Model:
   analog reports, FAULHABER's ``p``). ``half_duplex=True`` makes the writer
   wait for each answer before it writes the next command (several FAULHABER
   nodes on one line: two answering at once would collide).
-* The writer thread expires overdue expectations (``timeouts`` counter); a
-  late reply is then unmatched and counted as ``unmatched``.
+* The writer thread expires overdue expectations (``timeouts`` counter). On an
+  ordered link the expired one stays one more period as a *ghost* that absorbs
+  a late answer (``late_replies``), and a half-duplex writer keeps quiet
+  meanwhile: otherwise a slow answer would be taken for the next request's and
+  every later answer would be off by one.
 * Any read or write error (port unplugged, pty master closed) marks the link
   lost: every waiting request fails with :class:`DriverLinkError` at once and
   later calls raise it too. The link does not reopen itself; the driver's
@@ -68,6 +71,7 @@ class LinkCounters:
     unmatched: int = 0
     dropped_commands: int = 0
     coalesced: int = 0
+    late_replies: int = 0  # answers that came after their request had timed out (absorbed)
     stops_sent: int = 0
     rtt_ms: float = 0.0  # last request's round-trip time
     rtt_ms_max: float = 0.0
@@ -79,7 +83,7 @@ class LinkCounters:
 class _Expectation:
     """One reply the link waits for; completed by the reader, expired by the writer."""
 
-    __slots__ = ("match", "done", "reply", "error", "deadline", "sent_t", "on_reply", "timeout_s")
+    __slots__ = ("match", "done", "reply", "error", "deadline", "sent_t", "on_reply", "timeout_s", "ghost")
 
     def __init__(self, match: Callable[[object], bool] | None, timeout_s: float,
                  on_reply: Callable[[object | None, BaseException | None], None] | None = None) -> None:
@@ -91,6 +95,7 @@ class _Expectation:
         self.deadline = float("inf")
         self.sent_t = 0.0
         self.on_reply = on_reply
+        self.ghost = False  # timed out, kept one more period to absorb a late answer (ordered links)
 
     def finish(self, reply: object | None, error: BaseException | None) -> None:
         self.reply, self.error = reply, error
@@ -360,15 +365,24 @@ class SerialLink:
     def _expire_overdue(self) -> None:
         now = time.monotonic()
         for e in [e for e in self._pending if e.sent_t and e.deadline <= now]:
-            self._pending.remove(e)
+            if e.ghost:
+                self._pending.remove(e)  # no late answer came: the line is quiet again
+                continue
+            if self.ordered:
+                # a slow device answers late; that answer must not be taken for the next request's
+                # (ASCII replies carry no node or command): keep a ghost in its place for one more period
+                e.ghost = True
+                e.deadline = now + e.timeout_s
+            else:
+                self._pending.remove(e)
             self._timed_out(e)
 
     def _expire(self, exp: _Expectation) -> None:
         with self._cond:
+            if exp.done.is_set():
+                return
             if exp in self._pending:
                 self._pending.remove(exp)
-            elif exp.done.is_set():
-                return
             self._timed_out(exp)
             self._cond.notify_all()
 
@@ -412,6 +426,11 @@ class SerialLink:
                 if e.match is None or e.match(msg):
                     taken = e
                     break
+            if taken is not None and taken.ghost:
+                self._pending.remove(taken)
+                self.counters.late_replies += 1
+                self._cond.notify_all()
+                return
             if taken is not None:
                 self._pending.remove(taken)
                 self.consecutive_timeouts = 0

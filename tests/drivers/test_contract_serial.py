@@ -56,15 +56,19 @@ class SerialContract(DriverContract):
         deadline = time.monotonic() + self.settle_timeout_s
         frame = driver.read(self.read_dt_s)
         last = self.motion(driver, frame)
+        last_t = max(frame.sample_t.values(), default=0.0)
         steady = 0
         while steady < self.steady_reads:
             if time.monotonic() > deadline:
                 raise AssertionError(f"motion did not settle within {self.settle_timeout_s} s (last {last})")
             time.sleep(self.read_dt_s)
             frame = driver.read(self.read_dt_s)
+            sample_t = max(frame.sample_t.values(), default=0.0)
+            if sample_t == last_t:
+                continue  # a held value says nothing about settling: wait for a fresh sample
             m = self.motion(driver, frame)
             steady = steady + 1 if abs(m - last) <= max(0.01, 0.01 * abs(last)) else 0
-            last = m
+            last, last_t = m, sample_t
         return frame
 
     def heal(self, driver: Driver) -> None:
@@ -125,7 +129,7 @@ class FaulhaberContract(SerialContract):
     @pytest.fixture
     def driver(self, runner):
         d = self.driver_class.from_config({"port": runner.port, "xonxoff": False, "axes": WHEELS,
-                                           "reply_timeout_s": 0.1}, {})
+                                           "reply_timeout_s": 0.3}, {})
         self.runner = runner
         yield d
         d.close()

@@ -201,7 +201,7 @@ def test_silent_drive_while_idle_faults_after_timeouts_idle(line):
 
 
 def test_while_moving_the_timeout_limit_is_higher(line):
-    d = make(line, reply_timeout_s=1.0, timeouts_idle=2, timeouts_moving=5)
+    d = make(line, reply_timeout_s=0.5, timeouts_idle=2, timeouts_moving=5)
     d.open()
     d.activate()
     try:

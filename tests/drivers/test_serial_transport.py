@@ -248,3 +248,17 @@ def test_garbage_is_counted_and_the_link_keeps_working(device):
         assert link.counters.bytes_in > 200_000
     finally:
         link.close()
+
+
+def test_a_late_answer_is_absorbed_not_taken_for_the_next_request(device):
+    link = make_link(device.port, reply_timeout_s=0.3)
+    try:
+        device.dev.hold = True
+        with pytest.raises(DriverTimeoutError):
+            link.request(b"Q5\r")
+        with device.lock:
+            device.dev.release()  # the slow device answers after all
+        assert link.request(b"Q8\r") == fa.Value(8)  # not the late 5: replies carry no id on this line
+        assert link.counters.late_replies == 1
+    finally:
+        link.close()
