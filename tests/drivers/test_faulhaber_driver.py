@@ -351,3 +351,21 @@ def test_halt_from_another_thread_during_streaming(line):
     finally:
         stop.set()
         d.close()
+
+
+def test_the_documented_scara_table_runs_on_the_emulated_drives():
+    from tests.drivers.test_firmata_driver import doc_table
+
+    t = doc_table("### Example: a FAULHABER SCARA")
+    dev = AsciiLine(LineConfig([DriveConfig(1), DriveConfig(2)]))
+    with PtyRunner(dev, "fa") as runner:
+        d = FaulhaberAsciiDriver.from_config({**t, "port": runner.port, "xonxoff": False}, {})
+        d.open()
+        d.activate()
+        try:
+            assert dev.drives[1].lcc_ma == 1000 and dev.drives[2].sp_rpm == round(2.0 / (2 * math.pi) * 60 * 43)
+            d.write({"q1": 0.3, "q2": -0.4})
+            read_until(d, lambda f: abs(f.values["q1_rad"] - 0.3) < 1e-3 and abs(f.values["q2_rad"] + 0.4) < 1e-3,
+                       timeout_s=10, message="joints at their targets")
+        finally:
+            d.close()

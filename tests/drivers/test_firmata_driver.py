@@ -377,3 +377,29 @@ def test_health_exposes_the_link_counters(board):
         assert h["bytes_in"] > 0 and h["bytes_out"] > 0 and h["connected"] is True
     finally:
         d.close()
+
+
+def doc_table(title: str) -> dict:
+    """The TOML example under ``title`` in docs/hardware.md, parsed."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "hardware.md").read_text()
+    section = text.split(title, 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
+    return tomllib.loads(block)["driver"]
+
+
+def test_the_documented_rover_table_runs_on_the_emulated_board(board):
+    t = doc_table("### Example: a Firmata rover")
+    d = FirmataDriver.from_config({**t, "port": board.port, "banner_wait_s": 0.0}, {})
+    d.open()
+    d.activate()
+    try:
+        d.write({"wheel_left": 10.0, "wheel_right": 10.0})
+        f = read_until(d, lambda f: f.values["wheel_left_rad_s"] > 9.5, message="the documented wiring drives")
+        assert f.values["battery_v"] == pytest.approx(board.board.rover.battery_v, abs=0.05)
+        assert abs(f.values["current_left_a"]) < 5
+    finally:
+        d.close()
