@@ -185,12 +185,12 @@ class AsciiAxis(MotionAxis):
 
     def command_velocity(self, rad_s: float, on_reply=None) -> None:
         self.link.send(fa.encode(self.config.node, "V", self.config.rpm(rad_s)), replies=1, on_reply=on_reply,
-                       match=fa.is_reply)
+                       match=fa.is_reply, key=("setpoint", self.config.node))
 
     def command_position(self, rad: float, on_reply=None) -> None:
         node = self.config.node
         self.link.send(fa.encode(node, "LA", self.config.counts(rad)) + fa.encode(node, "M"), replies=2,
-                       on_reply=on_reply, match=fa.is_reply)
+                       on_reply=on_reply, match=fa.is_reply, key=("setpoint", node))
 
     def stop_bytes(self) -> tuple[bytes, int]:
         node = self.config.node
@@ -259,7 +259,8 @@ class McV3Axis(MotionAxis):
     def command_velocity(self, rad_s: float, on_reply=None) -> None:
         node = self.config.node
         self.link.send(mcv3.encode_sdo_write(node, mcv3.TARGET_VELOCITY, 0, self.config.rpm(rad_s)), replies=1,
-                       on_reply=on_reply, match=mcv3.reply_matcher(node, mcv3.TARGET_VELOCITY))
+                       on_reply=on_reply, match=mcv3.reply_matcher(node, mcv3.TARGET_VELOCITY),
+                       key=("setpoint", node))
 
     def command_position(self, rad: float, on_reply=None) -> None:
         node = self.config.node
@@ -268,7 +269,7 @@ class McV3Axis(MotionAxis):
                 + mcv3.encode_sdo_write(node, mcv3.CONTROLWORD, 0, cw)
                 + mcv3.encode_sdo_write(node, mcv3.CONTROLWORD, 0, cw | mcv3.CW_NEW_SETPOINT))
         match = mcv3.reply_matcher
-        self.link.send(data, replies=3, on_reply=on_reply,
+        self.link.send(data, replies=3, on_reply=on_reply, key=("setpoint", node),
                        match=lambda m: match(node, mcv3.TARGET_POSITION)(m) or match(node, mcv3.CONTROLWORD)(m))
 
     def stop_bytes(self) -> tuple[bytes, int]:

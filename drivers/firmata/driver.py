@@ -315,6 +315,7 @@ class FirmataDriver(Driver):
         self._reset_values()
         self._fault = None
         self._board_reset = False
+        self._configured = False
         link = SerialLink(self.port, fp.FirmataDecoder(), baudrate=self.baudrate, on_message=self._on_message,
                           reply_timeout_s=self.query_timeout_s, name=f"firmata {self.port}")
         link.open()
@@ -409,6 +410,7 @@ class FirmataDriver(Driver):
         if self.has_keep_alive and self.keep_alive_s:
             link.send(fp.encode_keep_alive(self.keep_alive_s), droppable=False)
             self._last_keep_alive_t = time.monotonic()
+        self._configured = True
 
     def _activate(self) -> None:
         if self._fault is not None:
@@ -483,15 +485,14 @@ class FirmataDriver(Driver):
             elif isinstance(msg, fp.FirmwareReport):
                 self.firmware = (msg.major, msg.minor, msg.name)
                 self._firmware_event.set()
-                if self.state.value != "closed" and self._version_event.is_set() and self._link is not None \
-                        and self._configured_once(t):
+                if self._configured:
+                    # a banner after the configuration: the board rebooted (power, watchdog, keep-alive lapse)
+                    # and lost its pin modes; only a reconnect configures it again
                     logger.warning("firmata: the board on %s reset itself (banner seen)", self.port)
                     self._board_reset = True
 
-    def _configured_once(self, t: float) -> bool:
-        return bool(self._sent) or bool(self._analog_raw)
-
     _board_reset = False
+    _configured = False
 
     def _fail(self, err: DriverError) -> DriverError:
         """Make the outputs safe before the error reaches the control loop (it faults on it).

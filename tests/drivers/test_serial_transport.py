@@ -262,3 +262,16 @@ def test_a_late_answer_is_absorbed_not_taken_for_the_next_request(device):
         assert link.counters.late_replies == 1
     finally:
         link.close()
+
+
+@pytest.mark.parametrize("module", [
+    "drivers.serial.codec", "drivers.serial.link", "drivers.serial.support", "drivers.firmata.protocol",
+    "drivers.faulhaber.ascii", "drivers.faulhaber.mcv3", "drivers.faulhaber.axis", "drivers.faulhaber.program",
+    "sim.devices.motor",
+])
+def test_worked_examples_in_the_docstrings(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
