@@ -159,7 +159,8 @@ def test_position_moves_reach_the_targets(line):
         read_until(d, lambda f: abs(f.values["q1_rad"] - 0.5) < 1e-3 and abs(f.values["q2_rad"] + 0.25) < 1e-3
                    and abs(f.values["q1_rad_s"]) < 1e-3 and abs(f.values["q2_rad_s"]) < 1e-3,
                    timeout_s=10, message="joints at rest at their targets")
-        assert motor(line, 1).counts == round(0.5 / (2 * math.pi) * 66 * 2048)
+        wait_until(lambda: motor(line, 1).counts == round(0.5 / (2 * math.pi) * 66 * 2048) and motor(line, 1).reached,
+                   message="q1 settled on the exact increment")
         d.write({"q1": 0.5, "q2": -0.25})  # the same target again sends nothing new
         d.halt()
     finally:
