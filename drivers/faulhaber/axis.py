@@ -52,6 +52,9 @@ class AxisConfig:
     current_limit_a: float | None = None
     peak_current_a: float | None = None
     invert: bool = False
+    #: ASCII only: bit of the ``GST`` status answer that says "output stage enabled" (0: do not poll GST)
+    #: [verify: the MCDC 300x manual's GST table]
+    enabled_mask: int = 1
 
     @property
     def sign(self) -> int:
@@ -201,7 +204,8 @@ class AsciiAxis(MotionAxis):
         pos = self._query("POS")
         rpm = self._query("GN")
         ma = self._query("GRC")
-        return AxisSample(c.rad_from_counts(pos), c.rad_s_from_rpm(rpm), abs(ma) / 1000.0)
+        enabled = bool(self._query("GST") & c.enabled_mask) if c.enabled_mask else True
+        return AxisSample(c.rad_from_counts(pos), c.rad_s_from_rpm(rpm), abs(ma) / 1000.0, enabled=enabled)
 
     def send_line(self, line: str) -> None:
         """One program line (``1LA2000``) through the request path, awaiting its ``OK``."""

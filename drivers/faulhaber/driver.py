@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Any, ClassVar, Mapping
 
-from drivers.base import Acquisition, ChannelSpec, Driver, Frame
+from drivers.base import Acquisition, ChannelSpec, Driver, DriverState, Frame
 from drivers.errors import (DriverConfigError, DriverError, DriverLinkError, DriverOpenError, DriverProtocolError,
                             DriverTimeoutError)
 from drivers.faulhaber import ascii as fa
@@ -95,6 +95,7 @@ class FaulhaberDriver(Driver):
             current_limit_a=t.number("current_limit_a", lo=0, lo_open=True) if t.has("current_limit_a") else None,
             peak_current_a=t.number("peak_current_a", lo=0, lo_open=True) if t.has("peak_current_a") else None,
             invert=t.bool("invert", False),
+            enabled_mask=t.int("enabled_mask", 1, lo=0, hi=2**32 - 1),
         )
         if cfg.max_rad <= cfg.min_rad:
             raise DriverConfigError(t.key("max_rad"), "must be greater than min_rad")
@@ -186,9 +187,14 @@ class FaulhaberDriver(Driver):
             self._halt()
             raise
         self._sent.clear()
+        # a status polled before this moment may still say "disabled": only later polls are checked
+        self._enabled_at = time.monotonic()
+
+    _enabled_at = float("inf")
 
     def _halt(self) -> None:
         link = self._link
+        self._enabled_at = float("inf")
         self._moving = False
         self._sent.clear()
         if link is None or link.lost is not None:
@@ -232,6 +238,7 @@ class FaulhaberDriver(Driver):
             for name, axis in list(self._axes.items()):
                 if self._stop.is_set():
                     return
+                t_poll = time.monotonic()
                 try:
                     sample = axis.poll()
                 except DriverLinkError as err:
@@ -247,6 +254,10 @@ class FaulhaberDriver(Driver):
                 if sample.fault:
                     error = self._poll_error = DriverProtocolError(
                         f"{self.name}: drive {name} (node {axis.config.node}) in {sample.fault}")
+                elif not sample.enabled and self.state is DriverState.ACTIVE and t_poll > self._enabled_at:
+                    error = self._poll_error = DriverProtocolError(
+                        f"{self.name}: drive {name} (node {axis.config.node}) disabled itself while active "
+                        "(a reboot or a drive fault)")
             if error is None and link.consecutive_timeouts == 0:
                 self._poll_error = None
                 self.clean_polls += 1
@@ -382,8 +393,6 @@ class FaulhaberAsciiDriver(FaulhaberDriver):
         """Send one ASCII program line (its node must be one of this driver's axes), awaiting its ``OK``.
 
         Refused unless the driver is active, so a halt stops a running program."""
-        from drivers.base import DriverState
-
         if self.state is not DriverState.ACTIVE:
             raise DriverError(f"{self.name}: not active (halted); program stopped at {line!r}")
         m = re.match(r"\s*(\d+)", line)

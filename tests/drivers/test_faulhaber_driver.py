@@ -370,3 +370,21 @@ def test_the_documented_scara_table_runs_on_the_emulated_drives():
                        timeout_s=10, message="joints at their targets")
         finally:
             d.close()
+
+
+def test_a_drive_rebooting_mid_motion_is_a_fault(line):
+    d = make(line, reply_timeout_s=0.05)
+    d.open()
+    d.activate()
+    try:
+        d.write({"wheel_left": 8.0, "wheel_right": 8.0})
+        read_until(d, lambda f: f.values["wheel_left_rad_s"] > 7, message="moving")
+        with line.lock:
+            line.dev.inject("reboot", now_s=time.monotonic(), boot_s=0.3)
+        with pytest.raises((DriverTimeoutError, DriverProtocolError)):
+            read_until(d, lambda f: False, timeout_s=5.0)
+        assert d.state is DriverState.INACTIVE
+        assert d.reconnect(timeout_s=10.0) >= 1  # and it comes back, disabled
+        assert not motor(line, 1).enabled
+    finally:
+        d.close()

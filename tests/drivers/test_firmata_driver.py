@@ -403,3 +403,26 @@ def test_the_documented_rover_table_runs_on_the_emulated_board(board):
         assert abs(f.values["current_left_a"]) < 5
     finally:
         d.close()
+
+
+def test_servo_and_digital_output_actuators(board):
+    d = make(board, servos={"gripper": {"pin": 9, "min_rad": 0.0, "max_rad": 3.141592653589793}},
+             outputs={"lamp": {"pin": 13}})
+    d.open()
+    d.activate()
+    try:
+        board.wait_for(bytes.fromhex("f0 70 09 20 04 60 12 f7"))  # attached with the default pulse range
+        d.write({"gripper": 3.141592653589793 / 2, "lamp": 1.0})
+        wait_until(lambda: board.board.pwm[9] == 90 and board.board.digital_out[13] == 1, message="servo 90°, lamp on")
+        d.halt()
+        wait_until(lambda: board.board.digital_out[13] == 0, message="outputs low on halt")
+        assert board.board.pwm[9] == 90  # a servo holds its position: it has no "off"
+    finally:
+        d.close()
+
+
+def test_polynomial_scaling():
+    from drivers.firmata.driver import AnalogSpec
+
+    spec = AnalogSpec("t", 0, (1.0, 0.5, 0.25), None)  # 1 + x/2 + x²/4
+    assert spec.scale(0) == 1.0 and spec.scale(2) == 3.0 and spec.scale(10) == 31.0
