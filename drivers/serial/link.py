@@ -154,6 +154,10 @@ class SerialLink:
     arrived.
     """
 
+    #: queued, unwritten items beyond which ``send`` refuses (a line that cannot keep up is a fault, not a
+    #: growing backlog of stale commands)
+    max_queue = 256
+
     def __init__(
         self,
         url: str,
@@ -271,6 +275,10 @@ class SerialLink:
         self.check()
         exps = [_Expectation(match, self.reply_timeout_s, on_reply) for _ in range(replies)]
         with self._cond:
+            if len(self._queue) >= self.max_queue and key is None:
+                self.counters.dropped_commands += 1
+                raise DriverTimeoutError(f"{self.name}: {len(self._queue)} commands queued: the line does not keep "
+                                         "up (baud rate too low for the command rate?)")
             if key is not None:
                 for i, item in enumerate(self._queue):
                     if item.key == key:

@@ -275,3 +275,19 @@ def test_worked_examples_in_the_docstrings(module):
 
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_fail__a_line_that_cannot_keep_up_refuses_more_commands(device):
+    link = make_link(device.port, reply_timeout_s=5.0)
+    device.dev.hold = True
+    try:
+        link.send(b"Q1\r", replies=1)
+        device.wait_for(b"Q1\r")
+        for i in range(link.max_queue):  # half duplex: all wait behind the unanswered Q1
+            link.send(f"C{i}\r".encode(), replies=1)
+        with pytest.raises(DriverTimeoutError, match="does not keep up"):
+            link.send(b"CX\r", replies=1)
+        link.send_stop(b"CSTOP\r")  # the stop lane is never refused
+        device.wait_for(b"CSTOP\r")
+    finally:
+        link.close()
