@@ -316,3 +316,28 @@ def test_motor_velocity_ramp_respects_acceleration():
     m.set_speed(0)
     m.step(0.1)
     assert m.speed_rev_s == pytest.approx(30)
+
+
+def test_standalone_emulator_prints_its_pty_and_a_driver_talks_to_it():
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from drivers.faulhaber import ascii as fa
+    from drivers.serial.link import SerialLink
+
+    proc = subprocess.Popen([sys.executable, "-m", "sim.devices.faulhaber_ascii", "--baud", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        path = re.search(r"on (\S+) ", line).group(1)
+        link = SerialLink(path, fa.AsciiDecoder(), ordered=True, half_duplex=True, reply_timeout_s=2.0)
+        link.open()
+        try:
+            assert link.request(b"1POS\r") == fa.Value(0)
+        finally:
+            link.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
