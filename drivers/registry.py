@@ -15,6 +15,9 @@ DRIVERS: dict[str, str] = {
     "sim": "drivers.sim:SimDriver",
     "sim-scara": "drivers.sim_scara:ScaraSimDriver",
     "sim-stewart": "drivers.sim_stewart:StewartSimDriver",
+    "firmata": "drivers.firmata.driver:FirmataDriver",
+    "faulhaber-ascii": "drivers.faulhaber.driver:FaulhaberAsciiDriver",
+    "faulhaber-mcv3": "drivers.faulhaber.driver:FaulhaberMcV3Driver",
 }
 
 CAMERAS: dict[str, str] = {

@@ -32,21 +32,6 @@ from tests.drivers.test_contract import DriverContract
 from tests.drivers.test_faulhaber_driver import WHEELS
 from tests.drivers.test_firmata_driver import TABLE as FIRMATA_TABLE
 
-#: the lines the lead adds to drivers/registry.py; until then this fixture adds them for the contract
-REGISTRY_LINES = {
-    "firmata": "drivers.firmata.driver:FirmataDriver",
-    "faulhaber-ascii": "drivers.faulhaber.driver:FaulhaberAsciiDriver",
-    "faulhaber-mcv3": "drivers.faulhaber.driver:FaulhaberMcV3Driver",
-}
-
-
-@pytest.fixture(autouse=True)
-def registered(monkeypatch):
-    for name, target in REGISTRY_LINES.items():
-        if name not in registry.DRIVERS:
-            monkeypatch.setitem(registry.DRIVERS, name, target)
-
-
 class SerialContract(DriverContract):
     steady_reads = 10
     settle_timeout_s = 10.0
