@@ -21,7 +21,6 @@ again. Nothing is raised to the caller.
 
 from __future__ import annotations
 
-import base64
 import collections
 import errno
 import logging
@@ -407,11 +406,7 @@ class Recorder:
 
     def _write(self, topic: str, log_ns: int, payload: Any) -> None:
         if topic == topics.IMAGE:
-            jpeg, frame_id, fmt = payload
-            sec, nsec = divmod(log_ns, 1_000_000_000)
-            payload = b"".join((b'{"timestamp":{"sec":', str(sec).encode(), b',"nsec":', str(nsec).encode(),
-                                b'},"frame_id":', _dumps(frame_id), b',"format":', _dumps(fmt),
-                                b',"data":"', base64.b64encode(jpeg), b'"}'))
+            payload = topics.encode_image(payload[0], log_ns, payload[1], payload[2])
         self._seq[topic] += 1
         self._writer.add_message(self._channel_ids[topic], log_time=log_ns, data=payload, publish_time=log_ns,
                                  sequence=self._seq[topic])

@@ -16,7 +16,10 @@ declared with ``contentEncoding``), so no protobuf dependency is needed.
 
 from __future__ import annotations
 
+import base64
 from typing import Any, Iterable
+
+import orjson
 
 TELEMETRY = "/teleop/telemetry"
 EVENTS = "/teleop/events"
@@ -147,3 +150,15 @@ TOPICS: dict[str, tuple[str, dict[str, Any] | None]] = {
 def schema_for(topic: str, channels: Iterable[str] = ()) -> tuple[str, dict[str, Any]]:
     name, schema = TOPICS[topic]
     return name, schema if schema is not None else telemetry_schema(channels)
+
+
+def encode_image(image: bytes, log_time_ns: int, frame_id: str = "camera", fmt: str = "jpeg") -> bytes:
+    """A ``foxglove.CompressedImage`` JSON payload (the bytes base64-encoded).
+
+    >>> encode_image(b"\\xff\\xd8", 1_500_000_000)
+    b'{"timestamp":{"sec":1,"nsec":500000000},"frame_id":"camera","format":"jpeg","data":"/9g="}'
+    """
+    sec, nsec = divmod(log_time_ns, 1_000_000_000)
+    return b"".join((b'{"timestamp":{"sec":', str(sec).encode(), b',"nsec":', str(nsec).encode(),
+                     b'},"frame_id":', orjson.dumps(frame_id), b',"format":', orjson.dumps(fmt),
+                     b',"data":"', base64.b64encode(image), b'"}'))
