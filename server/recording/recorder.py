@@ -102,7 +102,7 @@ class Recorder:
         self._counts: dict[str, int] = {}
         self._file_messages = 0
         self._flushed_messages = 0
-        self._file_opened_mono = 0.0
+        self._file_opened_t = 0.0  # by self.clock: file age for rotation (a test can inject time)
         self._last_flush_mono = 0.0
         self._last_flush_t: float | None = None
         self._last_write_lag_s = 0.0
@@ -301,13 +301,12 @@ class Recorder:
                     if self._writer is not None:
                         self._write(topic, log_ns, payload)
                         self._last_write_lag_s = time.monotonic() - enq
+                        if self._file_messages % 32 == 0:  # tell() is a syscall: not after every message
+                            self._maybe_rotate()
                 if self._writer is not None:
-                    now = time.monotonic()
-                    if now - self._last_flush_mono >= flush_s:
+                    if time.monotonic() - self._last_flush_mono >= flush_s:
                         self._flush()
-                    if (self._file_bytes() >= self.cfg.rotate_bytes
-                            or now - self._file_opened_mono >= self.cfg.rotate_s):
-                        self._rotate()
+                    self._maybe_rotate()
                 if not q:
                     self._last_write_lag_s = 0.0
             except OSError as err:
@@ -399,7 +398,8 @@ class Recorder:
         self._seq = dict.fromkeys(ids, 0)
         self._counts = dict.fromkeys(ids, 0)
         self._file_messages = self._flushed_messages = 0
-        self._file_opened_mono = self._last_flush_mono = time.monotonic()
+        self._last_flush_mono = time.monotonic()
+        self._file_opened_t = self.clock()
         self._state, self._error = "recording", None
         self._accepting = True
         log.info("recording to %s", path)
@@ -421,6 +421,11 @@ class Recorder:
         self._last_flush_mono = time.monotonic()
         self._last_flush_t = self.clock()
         self._flushed_messages = self._file_messages
+
+    def _maybe_rotate(self) -> None:
+        if (self._file_bytes() >= self.cfg.rotate_bytes
+                or self.clock() - self._file_opened_t >= self.cfg.rotate_s):
+            self._rotate()
 
     def _rotate(self) -> None:
         name = self._name if self._named else None
