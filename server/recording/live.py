@@ -61,6 +61,7 @@ class FoxgloveLive:
         self.robot = dict(robot or {})
         self.video_frames = video_frames
         self._server = None
+        self._ctx = None
         self._channels: dict[str, Any] = {}
         self._subscriptions = 0
         self._sub_lock = threading.Lock()
@@ -70,7 +71,8 @@ class FoxgloveLive:
         """Start the server; returns the port it listens on (``port=0`` picks a free one)."""
         import foxglove  # optional at import time of this module: only the live view needs it
 
-        ctx = foxglove.Context()
+        # keep the context referenced: when its Python object is collected, the channels lose the server
+        self._ctx = ctx = foxglove.Context()
         channel_names = [c["name"] if isinstance(c, dict) else c for c in self.robot.get("channels", []) or []]
         for topic in topics.TOPICS:
             if topic == topics.IMAGE and not self.video_frames:
@@ -102,6 +104,7 @@ class FoxgloveLive:
         for ch in self._channels.values():
             ch.close()
         self._channels.clear()
+        self._ctx = None
 
     @property
     def port(self) -> int | None:

@@ -197,7 +197,7 @@ class Recording:
             raise RecordingError(f"end time {end_t} is before start time {start_t}")
         if self.complete:
             for _schema, channel, message in self._reader.iter_messages(
-                    topics=wanted, start_time=lo, end_time=hi, reverse=reverse):
+                    topics=wanted, starting_at=lo, ending_before=hi, reverse=reverse):
                 yield Msg(message.log_time / 1e9, channel.topic, message.data, message.log_time)
             return
         found = [m for m in self._stream_messages(wanted, lo, hi)]

@@ -75,6 +75,7 @@ class ReplaySource:
         self._next: Msg | None = None
         self._prime = False
         self._ended = False
+        self._cursor_t = self.start_t
         self._reset_cursor(self.start_t, prime=False)
 
     @property
@@ -146,7 +147,7 @@ class ReplaySource:
         return min(self.end_t, self._pos + (self.clock() - self._anchor) * self._speed)
 
     def _reset_cursor(self, t: float, prime: bool) -> None:
-        self._pos = t
+        self._pos = self._cursor_t = t
         self._it = self.recording.messages(self.topics, start_t=t)
         self._next = None
         self._prime = prime
@@ -160,7 +161,7 @@ class ReplaySource:
             if self._prime:
                 self._prime = False
                 if topics.TELEMETRY in self.topics:
-                    last = next(self.recording.messages(topics.TELEMETRY, end_t=pos, reverse=True), None)
+                    last = next(self.recording.messages(topics.TELEMETRY, end_t=self._cursor_t, reverse=True), None)
                     if last is not None:
                         out.append(last)
             while len(out) < self.max_batch:
