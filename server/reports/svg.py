@@ -67,14 +67,12 @@ def decimate(t: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray,
             out_t.append(t[a])
             out_y.append(np.nan)
             continue
-        i_min = a + int(np.nanargmin(seg))
-        i_max = a + int(np.nanargmax(seg))
-        for i in sorted({i_min, i_max}):
+        keep = {a + int(np.nanargmin(seg)), a + int(np.nanargmax(seg))}
+        if not finite.all():  # a gap starts or ends here: keep its first missing sample, in time order
+            keep.add(a + int(np.argmin(finite)))
+        for i in sorted(keep):
             out_t.append(t[i])
             out_y.append(y[i])
-        if not finite.all():
-            out_t.append(t[b - 1])
-            out_y.append(np.nan)
     return np.asarray(out_t), np.asarray(out_y)
 
 

@@ -164,15 +164,20 @@ async def test_run_forwards_due_messages_until_cancelled(recording):
     clock = FakeClock(0.0)
     src = ReplaySource(path, clock=clock)
     got = []
+    enough = asyncio.Event()
     src.play()
+
+    def emit(m):
+        got.append(m)
+        if len(seqs(got)) >= 100:
+            enough.set()
 
     async def fake_sleep(_s):
         clock.advance(0.2)
         await asyncio.sleep(0)
 
-    task = asyncio.create_task(src.run(got.append, sleep=fake_sleep))
-    while len(seqs(got)) < 100:
-        await asyncio.sleep(0.01)
+    task = asyncio.create_task(src.run(emit, sleep=fake_sleep))
+    await asyncio.wait_for(enough.wait(), 30)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert seqs(got)[:100] == list(range(100))
