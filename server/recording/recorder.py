@@ -2,7 +2,9 @@
 
 The gateway calls the ``record_*`` methods from its event loop (or any thread). They
 only append to a bounded in-memory queue and return: no I/O, no lock held across
-I/O, no waiting. A writer thread drains the queue into the current MCAP file. When
+I/O, no waiting. A writer thread drains the queue into the current MCAP file; it
+wakes once per ``flush_s``, or early when a backlog builds up, not once per message
+(50 thread wake-ups a second would each contend for the GIL with the event loop). When
 the queue is full (the disk is slower than the robot for a while), snapshots and
 frames are dropped and counted; events, commands and settings have a reserve on top
 of ``queue_size`` so they survive a burst of telemetry.
@@ -43,6 +45,9 @@ log = logging.getLogger(__name__)
 
 #: extra queue room for events, commands and settings when snapshots fill ``queue_size``
 CONTROL_RESERVE = 1024
+#: wake the writer early when this much is waiting (else it wakes every ``flush_s``)
+WAKE_ITEMS = 256
+WAKE_BYTES = 1024 * 1024
 _COMPRESSION = {"zstd": CompressionType.ZSTD, "lz4": CompressionType.LZ4, "none": CompressionType.NONE}
 _BULK = frozenset({topics.TELEMETRY, topics.IMAGE})
 
@@ -231,7 +236,9 @@ class Recorder:
                 return False
             self._pending_bytes += size
             q.append((topic, log_ns, payload, time.monotonic()))
-        self._wake.set()
+            wake = len(q) >= WAKE_ITEMS or self._pending_bytes >= WAKE_BYTES
+        if wake:  # otherwise the writer drains on its flush timer: ~1 wake-up per flush_s instead of 50 per second
+            self._wake.set()
         return True
 
     def _control(self, op: tuple[str, Any]) -> None:
