@@ -255,6 +255,8 @@ class Recorder:
         except IndexError:
             oldest = None
         lag = max(time.monotonic() - oldest, self._last_write_lag_s) if oldest is not None else 0.0
+        with self._lock:  # producers may add a key
+            dropped_by_topic = dict(self.dropped_by_topic)
         return {
             "state": self._state,
             "recording": self._state == "recording",
@@ -271,7 +273,7 @@ class Recorder:
             "queue_bytes": self._pending_bytes,
             "lag_s": round(lag, 4),
             "dropped": self.dropped,
-            "dropped_by_topic": dict(self.dropped_by_topic),
+            "dropped_by_topic": dropped_by_topic,
             "pruned_files": len(self.pruned),
             "error": self._error,
         }
@@ -437,6 +439,8 @@ class Recorder:
     def _rotate(self) -> None:
         name = self._name if self._named else None
         self._finish(keep_accepting=True)
+        if self._state == "error":
+            return  # finishing failed (disk full): stay stopped with that error
         self._part += 1
         now = self.clock()
         self._open(name, now, file_name(now, name or AUTO_NAME, self._part))

@@ -199,3 +199,73 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
     r.add_get("/api/recordings/{file}/report", report)
     r.add_get("/api/recordings/{file}/report.html", report)
     r.add_get("/api/recordings/{file}/events", events)
+
+
+# ---------------------------------------------------------------------- replay mode
+def replay_refusal(command: str = "command") -> ConflictError:
+    """The error every robot command gets in replay mode (409 ``replay``); raise it from the command path."""
+    return ConflictError(f"replay mode: no robot is attached, {command} refused", code="replay")
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ValidationError("body must be a JSON object", code="malformed", status=400) from None
+    if not isinstance(body, dict):
+        raise ValidationError("body must be a JSON object", code="malformed", status=400)
+    return body
+
+
+def _finite_number(body: dict[str, Any], key: str) -> float:
+    v = body.get(key)
+    if v is None:
+        raise ValidationError(f"{key} is required", code="missing_field")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValidationError(f"{key} must be a number", code="wrong_type")
+    if not math.isfinite(v):
+        raise ValidationError(f"{key} must be finite", code="not_finite")
+    return float(v)
+
+
+def setup_replay_routes(app: web.Application, source: Any,
+                        authorize_operator: Authorize | None = None) -> None:
+    """Replay controls for the dashboard: ``GET /api/replay`` (status), ``POST /api/replay/play``,
+    ``/pause``, ``/seek`` ``{"t": unix s}`` or ``{"offset_s": s from the start}``, ``/speed`` ``{"speed": x}``.
+    Each POST answers with the new status. ``source`` is a :class:`server.recording.replay.ReplaySource`."""
+
+    async def get_status(request: web.Request) -> web.Response:
+        return web.json_response(source.status())
+
+    def control(name: str):
+        async def handle(request: web.Request) -> web.Response:
+            if authorize_operator is not None:
+                await authorize_operator(request)
+            if name == "play":
+                source.play()
+            elif name == "pause":
+                source.pause()
+            elif name == "seek":
+                body = await _json_object(request)
+                if set(body) - {"t", "offset_s"} or len(body) != 1:
+                    raise ValidationError('body must be {"t": unix seconds} or {"offset_s": seconds}',
+                                          code="unknown_field")
+                t = (_finite_number(body, "t") if "t" in body
+                     else source.start_t + _finite_number(body, "offset_s"))
+                await asyncio.to_thread(source.seek, t)
+            elif name == "speed":
+                body = await _json_object(request)
+                if set(body) != {"speed"}:
+                    raise ValidationError('body must be {"speed": x}', code="unknown_field")
+                try:
+                    source.set_speed(_finite_number(body, "speed"))
+                except ValueError as err:
+                    raise ValidationError(str(err), code="out_of_limits") from None
+            return web.json_response(source.status())
+        handle.__name__ = f"post_replay_{name}"
+        return handle
+
+    r = app.router
+    r.add_get("/api/replay", get_status)
+    for name in ("play", "pause", "seek", "speed"):
+        r.add_post(f"/api/replay/{name}", control(name))

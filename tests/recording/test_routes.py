@@ -148,3 +148,65 @@ async def test_bad_start_requests_change_nothing(served, body, code):
     r = await session.post("/api/recordings/start", json=body)
     assert r.status == 422 and (await r.json())["error"]["code"] == code
     assert rec.status()["state"] == "idle" and list(d.glob("*.mcap")) == []
+
+
+@pytest.fixture
+async def replay_served(tmp_path):
+    from server.recording.replay import FakeClock, ReplaySource
+    from server.recording.routes import setup_replay_routes
+    rec = Recorder(RecordingConfig(dir=str(tmp_path), queue_size=100_000), robot=ROBOT)
+    rec.start()
+    rec.start_recording("replay")
+    record_run(rec, 500, T0)
+    rec.close()
+    (path,) = tmp_path.glob("*.mcap")
+    clock = FakeClock()
+    source = ReplaySource(path, clock=clock)
+    app = web.Application(middlewares=[error_middleware])
+    setup_replay_routes(app, source)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as session:
+        yield session, source, clock
+    await runner.cleanup()
+    source.close()
+
+
+async def test_replay_controls(replay_served):
+    session, source, clock = replay_served
+    st = await (await session.get("/api/replay")).json()
+    assert st["playing"] is False and st["start_t"] == pytest.approx(T0)
+    assert (await (await session.post("/api/replay/play")).json())["playing"] is True
+    clock.advance(2.0)
+    st = await (await session.post("/api/replay/pause")).json()
+    assert st["playing"] is False and st["position_t"] == pytest.approx(T0 + 2.0)
+    st = await (await session.post("/api/replay/seek", json={"offset_s": 5.0})).json()
+    assert st["position_t"] == pytest.approx(T0 + 5.0)
+    st = await (await session.post("/api/replay/speed", json={"speed": 4})).json()
+    assert st["speed"] == 4.0
+
+
+@pytest.mark.parametrize("route,body,status,code", [
+    ("seek", {}, 422, "unknown_field"),
+    ("seek", {"t": "x"}, 422, "wrong_type"),
+    ("seek", {"t": 1, "offset_s": 2}, 422, "unknown_field"),
+    ("speed", {"speed": 0}, 422, "out_of_limits"),
+    ("speed", {"speed": 1e9}, 422, "out_of_limits"),
+    ("speed", {"speed": 1, "x": 2}, 422, "unknown_field"),
+    ("speed", [1], 400, "malformed"),
+])
+async def test_bad_replay_requests_change_nothing(replay_served, route, body, status, code):
+    session, source, _clock = replay_served
+    before = source.status()
+    r = await session.post(f"/api/replay/{route}", json=body)
+    assert r.status == status and (await r.json())["error"]["code"] == code
+    assert source.status() == before
+
+
+def test_replay_refusal_is_a_409():
+    from server.recording.routes import replay_refusal
+    err = replay_refusal("speed")
+    assert err.status == 409 and err.code == "replay" and "speed refused" in err.message
