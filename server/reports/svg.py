@@ -146,8 +146,9 @@ def line_plot(t: Sequence[float] | np.ndarray, series: dict[str, Sequence[float]
             else:
                 parts.append(f'<polyline points="{" ".join(r)}"/>')
         parts.append("</g>")
-        lx = ml + 8 + (i % 4) * (pw // 4)
-        ly = mt + 14 + (i // 4) * 14
+        per_row = min(4, len(ys))
+        lx = ml + 8 + (i % per_row) * (pw // per_row)
+        ly = mt + 14 + (i // per_row) * 14
         parts.append(f'<line x1="{lx}" y1="{ly - 4}" x2="{lx + 16}" y2="{ly - 4}" stroke="{colour}" stroke-width="2"/>')
         parts.append(f'<text x="{lx + 20}" y="{ly}">{escape(name)}</text>')
     parts.append("</svg>")
