@@ -281,8 +281,22 @@ class Recording:
                    end_t: float | None = None, max_rows: int | None = None) -> int:
         """Write ``t`` (unix s) and the chosen columns of each snapshot as CSV; returns the row count.
         Missing or null values are empty cells."""
+        rows = -1  # the header
+        for chunk in self.iter_csv(columns, start_t, end_t, max_rows):
+            out.write(chunk)
+            rows += chunk.count("\n")
+        return rows
+
+    def iter_csv(self, columns: list[str], start_t: float | None = None, end_t: float | None = None,
+                 max_rows: int | None = None, batch_rows: int = 5000) -> Iterator[str]:
+        """:meth:`export_csv` as text chunks of ``batch_rows`` rows (for streaming a large export).
+        Unknown columns raise before the first chunk."""
         getters = self.column_getters(columns)
-        w = csv.writer(out, lineterminator="\n")
+        return self._csv_chunks(columns, getters, start_t, end_t, max_rows, batch_rows)
+
+    def _csv_chunks(self, columns, getters, start_t, end_t, max_rows, batch_rows) -> Iterator[str]:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
         w.writerow(["t", *columns])
         rows = 0
         for t, snap in self.snapshots(start_t, end_t):
@@ -290,7 +304,12 @@ class Recording:
                 break
             w.writerow([f"{t:.6f}", *(_cell(g(snap)) for g in getters)])
             rows += 1
-        return rows
+            if rows % batch_rows == 0:
+                yield buf.getvalue()
+                buf.seek(0)
+                buf.truncate()
+        if buf.tell():
+            yield buf.getvalue()
 
 
 def _path_getter(parts: list[str]) -> Callable[[dict], Any]:

@@ -12,7 +12,6 @@ auth checks: async callables that raise to refuse; ``None`` allows everyone.
 from __future__ import annotations
 
 import asyncio
-import io
 import math
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -149,17 +148,22 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
         columns = _list_param(request, "columns", required=True)
         start_t, end_t = _float_param(request, "start_t"), _float_param(request, "end_t")
 
-        def export() -> tuple[str, int]:
-            out = io.StringIO()
-            with Recording(path) as rec:
-                rows = rec.export_csv(out, columns, start_t, end_t, max_rows=MAX_CSV_ROWS)
-            return out.getvalue(), rows
+        rec = await asyncio.to_thread(Recording, path)
         try:
-            text, rows = await asyncio.to_thread(export)
-        except RecordingError as err:
-            raise ValidationError(str(err), code="invalid") from None
-        return web.Response(text=text, content_type="text/csv", headers={
-            "Content-Disposition": f'attachment; filename="{path.stem}.csv"', "X-Rows": str(rows)})
+            try:
+                chunks = await asyncio.to_thread(rec.iter_csv, columns, start_t, end_t, MAX_CSV_ROWS)
+            except RecordingError as err:
+                raise ValidationError(str(err), code="invalid") from None
+            resp = web.StreamResponse(headers={"Content-Type": "text/csv; charset=utf-8",
+                                               "Content-Disposition": f'attachment; filename="{path.stem}.csv"'})
+            await resp.prepare(request)
+            # streamed in chunks read off the event loop: a long export never sits in memory whole
+            while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+                await resp.write(chunk.encode())
+            await resp.write_eof()
+            return resp
+        finally:
+            rec.close()
 
     async def report(request: web.Request) -> web.Response:
         path = path_of(request)

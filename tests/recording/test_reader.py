@@ -118,3 +118,15 @@ def test_hostile_files_are_listed_with_an_error_not_a_crash(tmp_path):
     assert recent_events(tmp_path, 10) == []
     with pytest.raises(RecordingError, match="not an MCAP file"):
         Recording(tmp_path / "20260101T000000Z_auto_000.mcap")
+
+
+def test_csv_streams_in_chunks_that_add_up_to_the_export(recorded):
+    (path,) = [recorded / r["file"] for r in list_recordings(recorded) if r["name"] == "first"]
+    with Recording(path) as rec:
+        out = io.StringIO()
+        rows = rec.export_csv(out, ["battery_v", "state"])
+        chunks = list(rec.iter_csv(["battery_v", "state"], batch_rows=64))
+        limited = "".join(rec.iter_csv(["battery_v"], max_rows=10))
+    assert rows == 1000 and len(chunks) == 1000 // 64 + 1
+    assert "".join(chunks) == out.getvalue()
+    assert limited.count("\n") == 11
