@@ -93,12 +93,12 @@ class Recording:
                 self._reader = SeekingReader(self._f, record_size_limit=RECORD_SIZE_LIMIT)
                 self.summary = self._reader.get_summary()
                 self.complete = self.summary is not None
-        except McapError as err:
-            log.info("%s has a damaged summary (%s); reading it front to back", self.path.name, err)
-            self._reader, self.summary = None, None
         except RecordingError:
             self._f.close()
             raise
+        except Exception as err:  # McapError, or a parse error of a damaged summary record
+            log.info("%s has a damaged summary (%r); reading it front to back", self.path.name, err)
+            self._reader, self.summary, self.complete = None, None, False
         self.metadata = self._read_metadata()
 
     # ------------------------------------------------------------------ context
@@ -120,7 +120,7 @@ class Recording:
                     if m.name == topics.METADATA_NAME:
                         found = dict(m.metadata)
                 return found
-            except (McapError, ValueError) as err:
+            except Exception as err:  # a damaged metadata index: fall back to the data section
                 log.debug("metadata index unreadable: %r", err)
         self._f.seek(0)
         for rec in stream_records(self._f):
@@ -196,9 +196,12 @@ class Recording:
         if lo is not None and hi is not None and hi < lo:
             raise RecordingError(f"end time {end_t} is before start time {start_t}")
         if self.complete:
-            for _schema, channel, message in self._reader.iter_messages(
-                    topics=wanted, starting_at=lo, ending_before=hi, reverse=reverse):
-                yield Msg(message.log_time / 1e9, channel.topic, message.data, message.log_time)
+            try:
+                for _schema, channel, message in self._reader.iter_messages(
+                        topics=wanted, starting_at=lo, ending_before=hi, reverse=reverse):
+                    yield Msg(message.log_time / 1e9, channel.topic, message.data, message.log_time)
+            except Exception as err:  # a damaged index or record: McapError, KeyError, or zstd/lz4's own errors
+                raise RecordingError(f"{self.path.name} is damaged: {type(err).__name__}: {err}") from err
             return
         found = [m for m in self._stream_messages(wanted, lo, hi)]
         found.sort(key=lambda m: m.log_time_ns, reverse=reverse)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import math
 import threading
 import time
@@ -30,6 +31,8 @@ import orjson
 
 from server.recording import topics
 from server.recording.reader import Msg, Recording, RecordingError
+
+log = logging.getLogger(__name__)
 
 #: what a dashboard needs from a recording: snapshots, events and (if recorded) camera frames
 DEFAULT_TOPICS = (topics.TELEMETRY, topics.EVENTS, topics.IMAGE)
@@ -75,6 +78,7 @@ class ReplaySource:
         self._next: Msg | None = None
         self._prime = False
         self._ended = False
+        self.error: str | None = None
         self._cursor_t = self.start_t
         self._reset_cursor(self.start_t, prime=False)
 
@@ -137,6 +141,7 @@ class ReplaySource:
                 "start_t": self.start_t,
                 "end_t": self.end_t,
                 "duration_s": self.end_t - self.start_t,
+                "error": self.error,
                 "progress": (pos - self.start_t) / (self.end_t - self.start_t) if self.end_t > self.start_t else 1.0,
             }
 
@@ -166,7 +171,13 @@ class ReplaySource:
                         out.append(last)
             while len(out) < self.max_batch:
                 if self._next is None:
-                    self._next = next(self._it, None)
+                    try:
+                        self._next = next(self._it, None)
+                    except RecordingError as err:  # a damaged chunk: stop here rather than kill the caller's loop
+                        log.error("replay of %s stopped: %s", self.path.name, err)
+                        self.error = str(err)
+                        self._ended, self._anchor, self._pos = True, None, pos
+                        break
                     if self._next is None:
                         if pos >= self.end_t:
                             self._ended = True

@@ -130,3 +130,31 @@ def test_csv_streams_in_chunks_that_add_up_to_the_export(recorded):
     assert rows == 1000 and len(chunks) == 1000 // 64 + 1
     assert "".join(chunks) == out.getvalue()
     assert limited.count("\n") == 11
+
+
+def test_corrupted_bytes_give_a_recording_error_or_partial_data_never_a_crash(recorded, tmp_path):
+    """Flip bytes all over a finished file: reading, listing, events and recovery either work on what
+    is intact or raise RecordingError; nothing else escapes."""
+    from server.recording.recovery import recover_file
+    (src,) = [recorded / r["file"] for r in list_recordings(recorded) if r["name"] == "first"]
+    data = bytearray(src.read_bytes())
+    rng = __import__("random").Random(11)
+    for k in range(40):
+        bad = bytearray(data)
+        for _ in range(3):
+            pos = rng.randrange(8, len(bad) - 8)
+            bad[pos] ^= 0xFF
+        d = tmp_path / f"c{k}"
+        d.mkdir()
+        path = d / "20260101T000000Z_auto_000.mcap"
+        path.write_bytes(bytes(bad))
+        try:
+            with Recording(path) as rec:
+                rec.info()
+                sum(1 for _ in rec.snapshots())
+                rec.export_csv(io.StringIO(), ["battery_v"])
+        except RecordingError:
+            pass
+        list_recordings(d)
+        recent_events(d, 5)
+        recover_file(path)
