@@ -26,7 +26,7 @@ from mcap.reader import SeekingReader
 from mcap.records import Channel, Message, Metadata, Schema
 from mcap.stream_reader import StreamReader
 
-from server.recording import topics
+from server.recording import topics as _topics
 from server.recording.files import recording_files
 
 log = logging.getLogger(__name__)
@@ -117,14 +117,14 @@ class Recording:
         if self._reader is not None and self.complete:
             try:
                 for m in self._reader.iter_metadata():
-                    if m.name == topics.METADATA_NAME:
+                    if m.name == _topics.METADATA_NAME:
                         found = dict(m.metadata)
                 return found
             except Exception as err:  # a damaged metadata index: fall back to the data section
                 log.debug("metadata index unreadable: %r", err)
         self._f.seek(0)
         for rec in stream_records(self._f):
-            if isinstance(rec, Metadata) and rec.name == topics.METADATA_NAME:
+            if isinstance(rec, Metadata) and rec.name == _topics.METADATA_NAME:
                 found = dict(rec.metadata)
             elif isinstance(rec, Message):
                 break  # ours is written before the first message
@@ -184,13 +184,13 @@ class Recording:
         }
 
     # ------------------------------------------------------------------ messages
-    def messages(self, topics_: Iterable[str] | str | None = None, start_t: float | None = None,
+    def messages(self, topics: Iterable[str] | str | None = None, start_t: float | None = None,
                  end_t: float | None = None, *, reverse: bool = False) -> Iterator[Msg]:
         """Messages with ``start_t <= t < end_t`` in log-time order (``reverse`` for newest first).
 
-        ``topics_`` limits the topics (a finished file then decompresses only the chunks
+        ``topics`` limits the topics (a finished file then decompresses only the chunks
         that hold them). Payloads are the raw JSON bytes as recorded."""
-        wanted = {topics_} if isinstance(topics_, str) else (set(topics_) if topics_ is not None else None)
+        wanted = {topics} if isinstance(topics, str) else (set(topics) if topics is not None else None)
         lo = math.floor(start_t * 1e9) if start_t is not None else None
         hi = math.ceil(end_t * 1e9) if end_t is not None else None
         if lo is not None and hi is not None and hi < lo:
@@ -241,7 +241,7 @@ class Recording:
 
     def snapshots(self, start_t: float | None = None, end_t: float | None = None) -> Iterator[tuple[float, dict]]:
         """Telemetry snapshots as ``(t, dict)``; undecodable ones are skipped."""
-        for m in self.messages(topics.TELEMETRY, start_t, end_t):
+        for m in self.messages(_topics.TELEMETRY, start_t, end_t):
             try:
                 snap = orjson.loads(m.data)
             except orjson.JSONDecodeError:
@@ -250,7 +250,7 @@ class Recording:
                 yield m.t, snap
 
     def events(self, start_t: float | None = None, end_t: float | None = None) -> list[dict[str, Any]]:
-        return [e for _t, e in _decoded(self.messages(topics.EVENTS, start_t, end_t))]
+        return [e for _t, e in _decoded(self.messages(_topics.EVENTS, start_t, end_t))]
 
     # ------------------------------------------------------------------ columns and CSV
     def column_getters(self, columns: list[str]) -> list[Callable[[dict], Any]]:
@@ -419,7 +419,7 @@ def recent_events(directory: str | Path, limit: int = 100) -> list[dict[str, Any
     for path in reversed(recording_files(Path(directory))):
         try:
             with Recording(path) as rec:
-                for m in rec.messages(topics.EVENTS, reverse=True):
+                for m in rec.messages(_topics.EVENTS, reverse=True):
                     try:
                         ev = orjson.loads(m.data)
                     except orjson.JSONDecodeError:

@@ -29,13 +29,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 import orjson
 
-from server.recording import topics
+from server.recording import topics as _topics
 from server.recording.reader import Msg, Recording, RecordingError
 
 log = logging.getLogger(__name__)
 
 #: what a dashboard needs from a recording: snapshots, events and (if recorded) camera frames
-DEFAULT_TOPICS = (topics.TELEMETRY, topics.EVENTS, topics.IMAGE)
+DEFAULT_TOPICS = (_topics.TELEMETRY, _topics.EVENTS, _topics.IMAGE)
 MAX_SPEED = 100.0
 
 
@@ -57,11 +57,11 @@ class ReplaySource:
     :meth:`due` runs in a worker thread."""
 
     def __init__(self, path: str | Path, *, clock: Callable[[], float] = time.monotonic,
-                 topics_: Iterable[str] = DEFAULT_TOPICS, speed: float = 1.0, max_batch: int = 5000) -> None:
+                 topics: Iterable[str] = DEFAULT_TOPICS, speed: float = 1.0, max_batch: int = 5000) -> None:
         self.recording = Recording(path)
         self.path = Path(path)
         self.clock = clock
-        self.topics = tuple(topics_)
+        self.topics = tuple(topics)
         self.max_batch = max_batch
         info = self.recording.info()
         if info["start_t"] is None or not any(info["counts"].get(t) for t in self.topics):
@@ -165,8 +165,8 @@ class ReplaySource:
             out: list[Msg] = []
             if self._prime:
                 self._prime = False
-                if topics.TELEMETRY in self.topics:
-                    last = next(self.recording.messages(topics.TELEMETRY, end_t=self._cursor_t, reverse=True), None)
+                if _topics.TELEMETRY in self.topics:
+                    last = next(self.recording.messages(_topics.TELEMETRY, end_t=self._cursor_t, reverse=True), None)
                     if last is not None:
                         out.append(last)
             while len(out) < self.max_batch:
