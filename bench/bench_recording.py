@@ -127,7 +127,7 @@ def bench_throughput(tmp: Path) -> None:
                     count += 1
         wait_written(rec, count)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        size = rec.status()["bytes"]
+        size = rec.status()["total_bytes"]  # all parts: the video run rotates at 256 MiB
         rec.close()
         snaps = n if not frames_per_snapshot else n // 4
         row(f"{label}: snapshots/s", f"{snaps / wall:,.0f} ({count} msgs in {wall:.2f} s, "
