@@ -38,7 +38,9 @@ RNG = np.random.default_rng(7)
 CHANNELS = [f"ch{k:02d}_{u}" for k, u in enumerate(["rad_s", "m", "v", "a", "m_s2", "deg"] * 6)][:34]
 ROBOT = {"name": "bench rover", "profile": "rover", "channels": [{"name": c} for c in CHANNELS],
          "geometry": {"wheel_radius_m": 0.05, "track_m": 0.3}}
-FRAME = RNG.bytes(65_000)
+# distinct frames (JPEG data does not repeat; one frame repeated would compress to nothing inside a chunk)
+FRAMES = [RNG.bytes(65_000) for _ in range(32)]
+FRAME = FRAMES[0]
 
 
 def snapshot(i: int, t: float) -> bytes:
@@ -60,7 +62,7 @@ def event(k: int, t: float) -> dict:
 
 def wait_written(rec: Recorder, n: int, timeout_s: float = 600.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while rec.status()["messages"] < n:
+    while rec.status()["total_messages"] < n:
         if time.monotonic() > deadline or rec.status()["state"] == "error":
             raise RuntimeError(f"writer stuck: {rec.status()}")
         time.sleep(0.005)
@@ -84,7 +86,7 @@ def bench_caller_cost(tmp: Path) -> None:
                  "speed", {"linear": 0.3, "angular": 0.0}, accepted=True, principal="alice", t=1.8e9 + i)}
     for label, fn in calls.items():
         times = []
-        written = rec.status()["messages"]
+        written = rec.status()["total_messages"]
         for i in range(3000):
             t0 = clock()
             fn(i)
@@ -123,7 +125,7 @@ def bench_throughput(tmp: Path) -> None:
             frame_acc += frames_per_snapshot
             if frame_acc >= 1.0:
                 frame_acc -= 1.0
-                if rec.record_frame(FRAME, t):
+                if rec.record_frame(FRAMES[i % 32], t):
                     count += 1
         wait_written(rec, count)
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
@@ -153,7 +155,7 @@ def bench_realtime(tmp: Path) -> dict:
             if i % 500 == 250:
                 rec.record_event(event(i, t))
             if video and i % 2 == 0:
-                rec.record_frame(FRAME, t)  # offered at 25 fps, kept at 5 fps
+                rec.record_frame(FRAMES[i % 32], t)  # offered at 25 fps, kept at 5 fps
             i += 1
             next_t += 0.02
             time.sleep(max(0.0, next_t - time.monotonic()))

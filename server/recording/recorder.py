@@ -266,6 +266,7 @@ class Recorder:
             "bytes": self._file_bytes(),
             "total_bytes": self.total_bytes + self._file_bytes(),
             "messages": self._file_messages,
+            "total_messages": self.total_messages,
             "messages_by_topic": dict(self._counts),
             "flushed_messages": self._flushed_messages,
             "last_flush_t": self._last_flush_t,
