@@ -1,0 +1,17 @@
+"""Recording, reading and replaying runs as MCAP files (see docs/recording.md).
+
+The gateway owns one :class:`Recorder`; its ``record_*`` methods only enqueue. Reading
+(:func:`list_recordings`, :class:`Recording`, :func:`recent_events`) and replay
+(:class:`ReplaySource`) work on the files, with or without a recorder running.
+"""
+
+from server.gateway.recording.config import RecordingConfig, load_recording_config
+from server.gateway.recording.reader import Recording, RecordingError, list_recordings, recent_events
+from server.gateway.recording.recorder import Recorder
+from server.gateway.recording.recovery import recover_directory, recover_file
+from server.gateway.recording.replay import ReplaySource
+
+__all__ = [
+    "Recorder", "RecordingConfig", "load_recording_config", "Recording", "RecordingError", "list_recordings",
+    "recent_events", "recover_directory", "recover_file", "ReplaySource",
+]
