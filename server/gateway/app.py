@@ -25,6 +25,7 @@ from server import commands
 from server.config import REPO_ROOT, Profile
 from server.errors import ApiError, MalformedError, RuntimeDownError, ValidationError
 from server.gateway.connections import ConnectionGuard
+from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import BODY_TIMEOUT, error_middleware, json_response, read_body, read_raw_body
 from server.gateway.navigation import setup_navigation
 from server.gateway.ratelimit import BucketRegistry
@@ -113,10 +114,25 @@ async def run_command(app: web.Application, name: str, body: dict[str, Any], sou
     raise ValidationError(f"unknown command {name!r}; known: {', '.join(commands.COMMANDS)}", code="unknown_command")
 
 
+def record_command(request: web.Request, name: str, body: Any, source: str, result: dict[str, Any] | None = None,
+                   error: ApiError | None = None) -> None:
+    hooks = request.app[HOOKS].on_command
+    if hooks and name != "heartbeat":
+        Hooks.call(hooks, {"command": name, "body": body, "accepted": error is None, "source": source,
+                           "state": (result or {}).get("state"), "error": error.to_json() if error else None,
+                           "request": request})
+
+
 def command_handler(name: str):
     async def handle(request: web.Request) -> web.Response:
-        body = await read_body(request, allow_empty=name != "speed")
-        result = await run_command(request.app, name, body, "http")
+        body: Any = None
+        try:
+            body = await read_body(request, allow_empty=name != "speed")
+            result = await run_command(request.app, name, body, "http")
+        except ApiError as err:
+            record_command(request, name, body, "http", error=err)
+            raise
+        record_command(request, name, body, "http", result)
         return web.json_response({"ok": True, "state": result["state"]})
 
     handle.__name__ = f"post_{name}"
@@ -149,6 +165,7 @@ async def post_estop(request: web.Request) -> web.Response:
         warnings.append(warning)
     if warnings:
         reply["warning"] = "; ".join(warnings)
+    record_command(request, "estop", {"reason": reason} if reason else {}, "http", reply)
     return web.json_response(reply)
 
 
@@ -189,6 +206,7 @@ async def get_acquisition(request: web.Request) -> web.Response:
 async def put_acquisition(request: web.Request) -> web.Response:
     p = convert(await read_body(request, allow_empty=False), AcquisitionParams)
     result = await request.app[RUNTIME].request("set_acquisition", {"rate_hz": p.rate_hz, "channels": p.channels})
+    Hooks.call(request.app[HOOKS].on_settings, "acquisition", result, request)
     return web.json_response(result)
 
 
@@ -252,7 +270,7 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
                                        f"{tcfg.command_burst}): message refused; keep flooding and the "
                                        "socket closes (1008)"}})
                 else:
-                    reply = await handle_ws_message(app, data)
+                    reply = await handle_ws_message(app, data, request)
                     if reply is not None:
                         client.send_control(reply)
             elif msg.type == WSMsgType.BINARY:
@@ -302,7 +320,7 @@ async def _ws_estop(app: web.Application, msg_id: Any, text: str, malformed: boo
     return reply
 
 
-async def handle_ws_message(app: web.Application, text: str) -> dict[str, Any] | None:
+async def handle_ws_message(app: web.Application, text: str, request: web.Request | None = None) -> dict[str, Any] | None:
     """One client message → the reply to send (None: nothing). Any message whose ``type`` is
     ``estop`` stops the robot, whatever else it carries or however malformed it is."""
     msg_id = None
@@ -321,7 +339,10 @@ async def handle_ws_message(app: web.Application, text: str) -> dict[str, Any] |
             msg_id = None
         kind = body.get("type")
         if kind == "estop":
-            return await _ws_estop(app, msg_id, text, malformed=False)
+            reply = await _ws_estop(app, msg_id, text, malformed=False)
+            if request is not None:
+                record_command(request, "estop", body, "websocket", reply)
+            return reply
         if len(text) > MAX_BODY_BYTES:
             raise MalformedError(f"message of {len(text)} bytes is over the {MAX_BODY_BYTES}-byte limit",
                                  code="too_large", status=413)
@@ -329,6 +350,9 @@ async def handle_ws_message(app: web.Application, text: str) -> dict[str, Any] |
             raise ValidationError("id must be a string or an integer", code="wrong_type")
         if not isinstance(kind, str):
             raise ValidationError("type is required and must be a string", code="missing_field")
+        authorize = app[HOOKS].authorize_ws
+        if authorize is not None and request is not None:
+            authorize(request, kind)
         if kind == "ping":
             reject_unknown(body, {"type", "id", "t"})
             t = number(body, "t", required=False)
@@ -338,7 +362,14 @@ async def handle_ws_message(app: web.Application, text: str) -> dict[str, Any] |
             if not app[RUNTIME].notify("heartbeat"):
                 raise RuntimeDownError(DOWN_MESSAGE)
             return None  # at 10–50 Hz an ack per heartbeat is noise; errors still come back
-        result = await run_command(app, kind, body, "websocket", commands.ENVELOPE)
+        try:
+            result = await run_command(app, kind, body, "websocket", commands.ENVELOPE)
+        except ApiError as err:
+            if request is not None:
+                record_command(request, kind, body, "websocket", error=err)
+            raise
+        if request is not None:
+            record_command(request, kind, body, "websocket", result)
         return {"type": "ack", "id": msg_id, "command": kind, "state": result["state"]}
     except ApiError as err:
         return {"type": "error", "id": msg_id, "error": err.to_json()}
@@ -363,12 +394,15 @@ async def runtime_ctx(app: web.Application):
     """Connect to the runtime; forward its snapshots and events; show ``fault`` while it is down."""
     rt = app[RUNTIME]
     hub = app[HUB]
+    hooks = app[HOOKS]
 
     def on_snapshot(data: bytes) -> None:
         hub.publish(data.decode())
+        Hooks.call(hooks.on_snapshot, data)
 
     def on_event(ev: dict[str, Any]) -> None:
         hub.broadcast({"type": "event", "data": ev})
+        Hooks.call(hooks.on_event, ev)
 
     def on_link(up: bool) -> None:
         if up:
@@ -376,17 +410,16 @@ async def runtime_ctx(app: web.Application):
             return
         if rt.shutting_down:
             return
-        now = time.time()
-        hub.broadcast({"type": "event", "data": {
-            "t": time.monotonic(), "wall_t": now, "trigger": "runtime_down", "message": DOWN_MESSAGE,
-            "values": {}, "state_before": rt.latest_snapshot().get("state"), "state_after": "fault", "kind": "safety"}})
-        hub.publish(dumps(current_snapshot(app)))
+        on_event({"t": time.monotonic(), "wall_t": time.time(), "trigger": "runtime_down", "message": DOWN_MESSAGE,
+                  "values": {}, "state_before": rt.latest_snapshot().get("state"), "state_after": "fault",
+                  "kind": "safety"})
+        on_snapshot(dumps_bytes(current_snapshot(app)))
 
     async def while_down() -> None:  # the dashboard keeps seeing the fault (and for how long)
         while True:
             await asyncio.sleep(1.0)
             if not rt.connected and not rt.shutting_down:
-                hub.publish(dumps(current_snapshot(app)))
+                on_snapshot(dumps_bytes(current_snapshot(app)))
 
     rt.on_snapshot, rt.on_event, rt.on_link = on_snapshot, on_event, on_link
     await hub.start()
@@ -410,6 +443,7 @@ def create_app(profile: Profile, runtime: RuntimeClient) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[PROFILE] = profile
     app[RUNTIME] = runtime
+    app[HOOKS] = Hooks()
     app[BODY_TIMEOUT] = profile.server.body_timeout_s
     app[HUB] = TelemetryHub(profile.telemetry.max_clients, profile.server.writer_stall_s)
     app[BUCKETS] = BucketRegistry(profile.telemetry.command_rate_hz, profile.telemetry.command_burst)
@@ -445,4 +479,4 @@ def create_app(profile: Profile, runtime: RuntimeClient) -> web.Application:
     return app
 
 
-__all__ = ["HUB", "PROFILE", "RUNTIME", "create_app", "current_snapshot", "robot_description"]
+__all__ = ["HOOKS", "HUB", "Hooks", "PROFILE", "RUNTIME", "create_app", "current_snapshot", "robot_description"]

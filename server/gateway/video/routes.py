@@ -13,6 +13,7 @@ from typing import Awaitable, Callable
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from server.errors import ApiError
+from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import error_response, read_body
 from server.gateway.ratelimit import TokenBucket
 from server.gateway.video.service import VideoService, VideoViewer
@@ -53,6 +54,8 @@ async def _put_video(request: web.Request) -> web.Response:
     service = request.app[VIDEO_KEY]
     changes = validate_runtime_settings(await read_body(request, allow_empty=False))
     service.update_settings(changes)
+    if HOOKS in request.app:
+        Hooks.call(request.app[HOOKS].on_settings, "video", service.runtime_settings(), request)
     return web.json_response(service.describe())
 
 
@@ -60,6 +63,16 @@ async def _put_video(request: web.Request) -> web.Response:
 async def _snapshot(request: web.Request) -> web.Response:
     service = request.app[VIDEO_KEY]
     f = service.latest
+    fresh_s = 2.0 / max(1, service.runtime_settings()["fps"])
+    if f is None or time.time() - f.capture_t > fresh_s:  # idle camera: wake it, wait for a new frame
+        service.want_frames()
+        deadline = time.monotonic() + 3.0
+        old = f.seq if f is not None else 0
+        while time.monotonic() < deadline and (service.latest is None or service.latest.seq <= old):
+            if service.status()["state"] == "failed":
+                break
+            await asyncio.sleep(0.02)
+        f = service.latest
     if f is None:
         st = service.status()
         detail = f": {st['error']}" if st["error"] else ""

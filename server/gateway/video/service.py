@@ -156,6 +156,11 @@ class VideoService:
         self._encode_ms = 0.0
         self._jpeg_bytes = 0
         self._capture_times: collections.deque[float] = collections.deque(maxlen=121)  # 2 s at 60 fps
+        #: called in the capture thread with every encoded frame (must not block: e.g. a recorder's enqueue);
+        #: while there is one, frames are captured even with no viewer
+        self.frame_listeners: list[Callable[[EncodedFrame], None]] = []
+        self._demand = threading.Event()  # a viewer or a snapshot wants frames
+        self._demand_until = 0.0
 
     # ---------------------------------------------------------------- lifecycle (event loop)
     def start(self) -> None:
@@ -254,11 +259,20 @@ class VideoService:
         return json.dumps({"type": "status", "data": {**self.status(), "settings": self.runtime_settings()}})
 
     # ---------------------------------------------------------------- clients (event loop)
+    def _wanted(self) -> bool:
+        return bool(self._clients) or bool(self.frame_listeners) or time.monotonic() < self._demand_until
+
+    def want_frames(self, for_s: float = 2.0) -> None:
+        """Capture for at least ``for_s`` (a snapshot request with no viewer connected)."""
+        self._demand_until = max(self._demand_until, time.monotonic() + for_s)
+        self._demand.set()
+
     def add_client(self, kind: str, remote: str | None) -> VideoViewer:
         c = VideoViewer(next(self._ids), kind, remote)
         c.first_seq = self.latest.seq if self.latest is not None else self._loop_seq + 1
         self._clients[c.id] = c
         c.wake.set()
+        self._demand.set()
         return c
 
     def remove_client(self, client: VideoViewer) -> None:
@@ -345,6 +359,13 @@ class VideoService:
                 with self._lock:
                     s = dict(self._settings)
                     dirty, self._settings_dirty = self._settings_dirty, False
+                if source is not None and not self._wanted():
+                    # nobody watching: keep the camera open but read, render and encode nothing
+                    # (idle CPU of the whole server; measured in bench/bench_server.py)
+                    self._demand.wait(0.5)
+                    self._demand.clear()
+                    deadline = time.monotonic()
+                    continue
                 if source is None:
                     source, err = self._open(s)
                     if source is None:
@@ -428,6 +449,11 @@ class VideoService:
             self._seq += 1
             seq = self._seq
         f = encode_frame(frame, s["quality"], seq, capture_t)
+        for listener in self.frame_listeners:  # capture thread: a recorder only enqueues
+            try:
+                listener(f)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the camera
+                log.exception("video frame listener failed")
         with self._lock:
             self._counters["encoded"] += 1
             self._encode_ms = f.encode_ms
