@@ -1,5 +1,9 @@
 """``python -m server --config FILE [--host H] [--port P] [--set KEY=VALUE]``: run teleop.
 
+Other commands: ``python -m server users add|passwd|remove|list …`` (the users file, see
+docs/security.md) and ``python -m server replay FILE`` (a recording on the dashboard, see
+docs/recording.md).
+
 Starts the robot runtime and the web gateway (server/launcher.py) and prints
 ``teleop listening on http://HOST:PORT`` once it accepts connections (``--port 0`` picks
 a free port). SIGINT/SIGTERM halt the robot first, then close sockets, then exit 0. A bad
@@ -39,7 +43,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+#: subcommands: name → "module:function" taking argv (imported only when used)
+SUBCOMMANDS = {
+    "users": "server.gateway.auth.cli:main",
+    "replay": "server.gateway.replay:main",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        import importlib
+
+        module, _, func = SUBCOMMANDS[argv[0]].partition(":")
+        try:
+            entry = getattr(importlib.import_module(module), func)
+        except ImportError as err:
+            print(f"teleop: '{argv[0]}' is not available in this build: {err}", file=sys.stderr)
+            return 2
+        return entry(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from server.launcher import Launcher, validate

@@ -49,13 +49,15 @@ TABLES: dict[str, str] = {
     "server": "server.settings:ServerConfig",
     "debug": "server.settings:DebugConfig",
     "video": "server.gateway.video.settings:VideoConfig",
+    "recording": "server.gateway.recording.config:RecordingConfig",
+    "observability": "server.gateway.observability.config:ObservabilityConfig",
 }
 #: plain tables the driver validates itself
 RAW_TABLES = ("driver", "sim")
 
 RUNTIME_TABLES = ("robot", "loop", "limits", "safety", "uwb", "estimation", "heading", "calibration",
                   "telemetry", "server", "debug")
-GATEWAY_TABLES = ("telemetry", "server", "debug", "video")
+GATEWAY_TABLES = ("telemetry", "server", "debug", "video", "recording", "observability")
 
 
 class ConfigError(ValueError):
