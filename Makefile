@@ -6,12 +6,13 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 CONFIG ?= config/rover-sim.toml
 ARGS   ?=
 
-.PHONY: run test bench browser lint clean help
+.PHONY: run test bench browser lint clean help emulate
 
 help:
 	@echo "make run    - set up .venv and start the server on the simulator (http://127.0.0.1:8080)"
 	@echo "make test   - set up .venv and Chromium, run every test and the layer contracts"
 	@echo "make bench  - run the benchmarks and print the figures"
+	@echo "make emulate - the server on an emulated Firmata board (EMULATOR=faulhaber_ascii: FAULHABER drives)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +23,25 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/python -m server --config $(CONFIG) $(ARGS)
+
+# `make emulate`: a device emulator on a pseudo-terminal (sim/devices/) and the server driving it
+# through the real serial driver, as with hardware (docs/hardware.md). The emulator stops with the server.
+EMULATOR ?= firmata
+EMULATOR_ARGS ?=
+EMULATOR_CONFIG_firmata := config/rover-firmata.toml
+EMULATOR_CONFIG_faulhaber_ascii := config/rover-faulhaber.toml
+emulate: CONFIG = $(EMULATOR_CONFIG_$(EMULATOR))
+
+emulate: $(STAMP)
+	@test -n "$(CONFIG)" || { echo "make emulate: no profile for EMULATOR=$(EMULATOR); give CONFIG=..." >&2; exit 2; }
+	@out=$$(mktemp); \
+	$(BIN)/python -m sim.devices.$(EMULATOR) $(EMULATOR_ARGS) >$$out & emu=$$!; \
+	trap 'kill $$emu 2>/dev/null; rm -f $$out' EXIT INT TERM; \
+	for i in $$(seq 100); do port=$$(sed -n 's/^.* emulator on \([^ ]*\) .*$$/\1/p' $$out); \
+		[ -n "$$port" ] && break; kill -0 $$emu 2>/dev/null || break; sleep 0.1; done; \
+	[ -n "$$port" ] || { echo "make emulate: the $(EMULATOR) emulator did not start" >&2; exit 1; }; \
+	cat $$out; \
+	$(BIN)/python -m server --config $(CONFIG) --set driver.port=$$port $(ARGS)
 
 browser:
 	@bash scripts/install-browser.sh

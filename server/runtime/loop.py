@@ -10,6 +10,10 @@ with ``SCHED_FIFO`` when granted, a 0.5 ms GIL switch interval and a sleep-then-
 (notes/performance.md: asyncio timers cannot hold 1 kHz; such a thread can). Real-time
 priority is tried and reported; refused, the loop runs at normal priority and says so.
 
+A failed read faults the robot (the driver halted before raising); a driver that can
+reconnect is reopened by a worker thread meanwhile and not read until it is back, inactive
+(:mod:`server.runtime.reconnect`): the fault clears by an operator's reset, motion by a start.
+
 Deadlines advance by one period; when a tick lands a whole period late the missed
 deadlines are skipped and counted (ros2_control does the same) and the tick is an
 *overrun*. N consecutive overruns, or one tick later than ``loop.max_stall_s``, e-stop
@@ -42,9 +46,10 @@ import numpy as np
 from msgspec import Meta
 
 from drivers.base import Driver, DriverState
-from drivers.errors import DriverError
+from drivers.errors import DriverError, DriverLinkError
 from server.config import Table
 from server.runtime.controllers.base import Controller
+from server.runtime.reconnect import Reconnector
 from server.runtime.supervisor import Event, Inputs, OutputMode, Refused, State, Supervisor
 
 log = logging.getLogger(__name__)
@@ -284,6 +289,8 @@ class ControlLoop:
         self.seq = 0
         self.derived_sources: dict[str, tuple[str, ...]] = {}  # rule channels made by stages → their inputs
         self.halt_count = 0
+        #: reopens a failed driver in a worker thread (server/runtime/reconnect.py); None: the driver cannot
+        self.reconnector: Reconnector | None = None
         self._values: dict[str, float] | None = None
         self._truth: dict[str, Any] = {}
         self._record: dict[str, Any] | None = None
@@ -322,6 +329,8 @@ class ControlLoop:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+        if self.reconnector is not None:
+            self.reconnector.stop()  # before the driver closes: no open racing the close
         self._halt()
 
     @property
@@ -375,16 +384,22 @@ class ControlLoop:
             err = None
             truth: dict[str, Any] = {}
             sample_t: dict[str, float] | None = None
-            try:
-                frame = self.driver.read(dt)
-                values = frame.values
-                truth = frame.truth
-                sample_t = frame.sample_t
-                self._last_frame_host_t = now
-            except DriverError as e:
-                err = f"{type(e).__name__}: {e}"
-            except Exception as e:  # an unexpected driver bug is a fault too
-                err = f"unexpected {type(e).__name__}: {e}"
+            guard = self.reconnector
+            if guard is not None and guard.busy:
+                err = guard.read_error()  # the driver is being reopened by a worker: not read meanwhile
+            else:
+                try:
+                    frame = self.driver.read(dt)
+                    values = frame.values
+                    truth = frame.truth
+                    sample_t = frame.sample_t
+                    self._last_frame_host_t = now
+                except DriverError as e:
+                    err = f"{type(e).__name__}: {e}"
+                except Exception as e:  # an unexpected driver bug is a fault too
+                    err = f"unexpected {type(e).__name__}: {e}"
+                if err is not None and guard is not None:
+                    guard.start(err)  # the driver halted before raising; reconnect it (server/runtime/reconnect.py)
             if values is not None:
                 for stage in self.stages:
                     stage.process(values, dt, now)
@@ -484,7 +499,8 @@ class ControlLoop:
                 "age_s": round(now - last_command_t, 4) if math.isfinite(last_command_t) else None,
                 "timeout_s": sup.cfg.command_timeout_s,
             },
-            "driver": {"state": self.driver.state.value, **self.driver.health()},
+            "driver": {"state": self.driver.state.value, **self.driver.health(),
+                       **(self.reconnector.status() if self.reconnector is not None else {})},
             **{stage.name: stage.status() for stage in self.stages if callable(getattr(stage, "status", None))},
         }
 
@@ -629,6 +645,8 @@ class ControlLoop:
 
     def set_acquisition(self, rate_hz: float, channels: list[str]):
         with self.lock:
+            if self.reconnector is not None and self.reconnector.busy:
+                raise DriverLinkError("the driver is reconnecting; change the acquisition once it is back")
             return self.driver.set_acquisition(rate_hz, channels)
 
     def driver_debug(self, command: dict[str, Any]) -> dict[str, Any]:
