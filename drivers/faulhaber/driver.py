@@ -42,7 +42,7 @@ from drivers.errors import (DriverConfigError, DriverError, DriverLinkError, Dri
 from drivers.faulhaber import ascii as fa
 from drivers.faulhaber import mcv3
 from drivers.faulhaber.axis import AsciiAxis, AxisConfig, AxisMode, AxisSample, McV3Axis, MotionAxis
-from drivers.serial.link import SerialLink
+from drivers.serial.link import LinkCounters, SerialLink
 from drivers.serial.support import Table, reconnect
 
 logger = logging.getLogger(__name__)
@@ -136,6 +136,7 @@ class FaulhaberDriver(Driver):
         self._acquisition = Acquisition(rate_hz, tuple(c.name for c in self._specs))
         self._names = names
         self._link: SerialLink | None = None
+        self.counters = LinkCounters()  # the port's, across reconnects
         self._axes: dict[str, MotionAxis] = {}
         self._lock = threading.Lock()
         self._samples: dict[str, tuple[AxisSample, float]] = {}
@@ -158,7 +159,7 @@ class FaulhaberDriver(Driver):
     def _open(self) -> None:
         link = SerialLink(self.port, self.decoder_class(), baudrate=self.baudrate, ordered=self.ordered,
                           half_duplex=self.half_duplex, reply_timeout_s=self.reply_timeout_s, xonxoff=self.xonxoff,
-                          on_message=self._on_message, name=f"{self.name} {self.port}")
+                          on_message=self._on_message, name=f"{self.name} {self.port}", counters=self.counters)
         link.open()
         try:
             axes = {a.name: self.axis_class(link, a) for a in self.axes_config}
@@ -370,10 +371,9 @@ class FaulhaberDriver(Driver):
     def health(self) -> dict[str, Any]:
         link = self._link
         out: dict[str, Any] = {"port": self.port, "baudrate": self.baudrate, "clean_polls": self.clean_polls}
-        if link is not None:
-            out.update(link.counters.as_dict())
-            out["connected"] = link.lost is None
-            out["consecutive_timeouts"] = link.consecutive_timeouts
+        out.update(self.counters.as_dict())  # also while reconnecting (no link then)
+        out["connected"] = link is not None and link.lost is None
+        out["consecutive_timeouts"] = link.consecutive_timeouts if link is not None else 0
         fault = self._pending_fault() if link is not None else self._fault
         out["fault"] = str(fault) if fault is not None else None
         return out

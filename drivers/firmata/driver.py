@@ -46,7 +46,7 @@ from drivers.base import Acquisition, ChannelSpec, Driver, Frame
 from drivers.errors import (AcquisitionError, DriverConfigError, DriverError, DriverLinkError, DriverOpenError,
                             DriverProtocolError, DriverTimeoutError)
 from drivers.firmata import protocol as fp
-from drivers.serial.link import SerialLink
+from drivers.serial.link import LinkCounters, SerialLink
 from drivers.serial.support import Table, reconnect
 
 logger = logging.getLogger(__name__)
@@ -246,6 +246,7 @@ class FirmataDriver(Driver):
         self._check_bandwidth(self._acquisition.rate_hz, self._acquisition.channels)
         self._lock = threading.Lock()
         self._link: SerialLink | None = None
+        self.counters = LinkCounters()  # the port's, across reconnects
         self._reset_values()
         self.firmware: tuple[int, int, str] | None = None
         self.protocol_version: tuple[int, int] | None = None
@@ -317,7 +318,7 @@ class FirmataDriver(Driver):
         self._board_reset = False
         self._configured = False
         link = SerialLink(self.port, fp.FirmataDecoder(), baudrate=self.baudrate, on_message=self._on_message,
-                          reply_timeout_s=self.query_timeout_s, name=f"firmata {self.port}")
+                          reply_timeout_s=self.query_timeout_s, name=f"firmata {self.port}", counters=self.counters)
         link.open()
         self._link = link
         try:
@@ -626,9 +627,8 @@ class FirmataDriver(Driver):
         link = self._link
         out: dict[str, Any] = {"port": self.port, "baudrate": self.baudrate, "keep_alive": self.has_keep_alive,
                                "firmware": self.firmware[2] if self.firmware else None}
-        if link is not None:
-            out.update(link.counters.as_dict())
-            out["connected"] = link.lost is None
-            out["silent_s"] = round(time.monotonic() - self._last_rx_t, 3) if self._last_rx_t else None
+        out.update(self.counters.as_dict())  # also while reconnecting (no link then)
+        out["connected"] = link is not None and link.lost is None
+        out["silent_s"] = round(time.monotonic() - self._last_rx_t, 3) if link is not None and self._last_rx_t else None
         out["fault"] = str(self._fault) if self._fault is not None else None
         return out

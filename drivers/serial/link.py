@@ -171,6 +171,7 @@ class SerialLink:
         xonxoff: bool = False,
         write_timeout_s: float = 1.0,
         name: str = "serial",
+        counters: LinkCounters | None = None,
     ) -> None:
         self.url = url
         self.name = name
@@ -182,7 +183,8 @@ class SerialLink:
         self.reply_timeout_s = reply_timeout_s
         self.xonxoff = xonxoff
         self.write_timeout_s = write_timeout_s
-        self.counters = LinkCounters()
+        # a driver passes its own to keep one set per port across reconnects (each makes a new link)
+        self.counters = counters if counters is not None else LinkCounters()
         self.consecutive_timeouts = 0
         self._port: serial.SerialBase | None = None
         self._cond = threading.Condition()

@@ -173,10 +173,14 @@ def test_reconnect_keeps_trying_until_the_port_returns(board, robots) -> None:
     s = snapshot(robot)
     assert s["state"] == "fault" and s["driver"]["reconnecting"]
     assert "DriverOpenError" in s["driver"]["reconnect_error"], s["driver"]
+    # the port's counters stay in telemetry while there is no link, and go on counting after
+    assert s["driver"]["connected"] is False and s["driver"]["bytes_in"] > 0 and "timeouts" in s["driver"]
+    bytes_in = s["driver"]["bytes_in"]
     assert len(events(robot, "driver_reconnect_failed")) == 1  # once per outage, not once per try
     board.replug()
     wait_until(lambda: snapshot(robot)["driver"]["reconnects"] == 1, 15, "the driver back")
     assert snapshot(robot)["driver"]["reconnect_error"] is None
+    wait_until(lambda: snapshot(robot)["driver"]["bytes_in"] > bytes_in, 5, "counting on from where it was")
 
 
 def test_acquisition_changes_wait_while_the_driver_reconnects(board, robots) -> None:

@@ -1,0 +1,110 @@
+"""End to end on the FAULHABER path: ``python -m server`` with ``config/rover-faulhaber.toml`` driving two
+emulated MCDC drives (ASCII, nodes 1 and 2) on one pseudo-terminal line (issue 12).
+
+The line is half duplex and its replies carry no node number, so every poll waits for its answer
+before the next command goes out. The stop does not: these tests hold a poll's answer in the
+emulator and e-stop the robot through the real server; the stop's bytes must reach the line while
+the answer is still held.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.devices.faulhaber_ascii import AsciiLine, LineConfig
+from sim.devices.pty import PtyRunner
+from tests.conftest import ServerProc, wait_until
+from tests.server.test_stop_paths import Heartbeat, events
+
+pytestmark = pytest.mark.timeout(120)
+
+CONFIG = "config/rover-faulhaber.toml"
+#: halt() for this profile: V0 then DI (output stage off: the motor coasts) for node 1, then node 2
+STOP_BYTES = b"1V0\r1DI\r2V0\r2DI\r"
+
+
+@pytest.fixture
+def line():
+    device = AsciiLine(LineConfig())
+    with PtyRunner(device, "faulhaber-ascii") as runner:
+        runner.line = device
+        yield runner
+
+
+def serve(server_factory, runner: PtyRunner, **driver) -> ServerProc:
+    return server_factory({"driver": {"port": runner.port, **driver}}, config=CONFIG)
+
+
+def motor_rev_s(runner: PtyRunner, node: int) -> float:
+    with runner.lock:
+        return runner.line.drives[node].motor.speed_rev_s
+
+
+def start_and_drive(srv: ServerProc, runner: PtyRunner) -> None:
+    wait_until(lambda: srv.post("/api/start")[0] == 200, 10, "start accepted")
+    status, body = srv.post("/api/speed", {"linear": 0.3, "angular": 0.0})
+    assert status == 200, body
+    # 6 rad/s at the wheel × 14:1 = 13.4 rev/s at the motor; node 2 is mounted mirrored (invert)
+    wait_until(lambda: motor_rev_s(runner, 1) > 5.0 and motor_rev_s(runner, 2) < -5.0, 10, "both drives turning")
+
+
+def held(runner: PtyRunner) -> int:
+    with runner.lock:
+        return len(runner.line._held)
+
+
+def test_estop_overtakes_a_request_whose_answer_is_held(server_factory, line) -> None:
+    # a long reply timeout: the held request stays in flight for the whole test, so the stop can only
+    # reach the line by overtaking it (had it waited, the counter of timeouts would show it)
+    srv = serve(server_factory, line, reply_timeout_s=10.0)
+    with Heartbeat(srv):
+        start_and_drive(srv, line)
+        timeouts = srv.state()["driver"]["timeouts"]
+        with line.lock:
+            line.line.inject("hold")
+        wait_until(lambda: held(line) >= 1, 5, "a poll's answer held by the drive")
+        since = len(line.rx_log)
+        status, body = srv.post("/api/estop")
+        assert status == 200 and body["state"] == "estop", body
+        line.wait_for(STOP_BYTES, since=since)
+        s = srv.state()
+        assert s["driver"]["timeouts"] == timeouts, "the stop waited for the held request to time out"
+        assert "hold" in line.line.faults and held(line) >= 1, "the held answer went out before the stop"
+        with line.lock:
+            assert not line.line.drives[1].motor.enabled and not line.line.drives[2].motor.enabled
+        wait_until(lambda: motor_rev_s(line, 1) == 0.0 and motor_rev_s(line, 2) == 0.0, 10, "motors coasted to rest")
+        assert s["state"] == "estop" and s["cause"]["trigger"] == "operator_estop"
+        assert events(srv, "outputs_zero")
+
+        # the answers come back: the line goes on in order and the robot can be reset
+        with line.lock:
+            line.line.inject("release")
+        wait_until(lambda: srv.post("/api/reset")[0] == 200, 10, "reset once the drives answer again")
+    s = srv.state()
+    assert s["state"] == "idle" and s["driver"]["timeouts"] == timeouts and s["driver"]["invalid_frames"] == 0
+
+
+def test_a_silent_drive_faults_and_reconnects_once_it_answers(server_factory, line) -> None:
+    srv = serve(server_factory, line, reconnect_timeout_s=0.5)
+    with Heartbeat(srv):
+        start_and_drive(srv, line)
+        since = len(line.rx_log)
+        with line.lock:
+            line.line.inject("silent")
+        line.wait_for(STOP_BYTES, since=since)  # halted (the stale rule channels or the timeouts, first wins)
+        wait_until(lambda: srv.state()["state"] == "fault", 15, "fault after repeated timeouts")
+        s = srv.state()
+        assert s["cause"]["trigger"] == "driver_fault" and "DriverTimeoutError" in s["cause"]["message"], s["cause"]
+        assert s["driver"]["timeouts"] >= 2
+        wait_until(lambda: srv.state()["driver"]["reconnect_failures"] >= 1, 15, "reconnect tried while silent")
+        with line.lock:
+            line.line.inject("clear")
+        wait_until(lambda: events(srv, "driver_reconnected"), 20, "the driver back")
+    wait_until(lambda: not srv.state()["driver"]["reconnecting"], 5, "reconnect finished")
+    s = srv.state()
+    assert s["state"] == "fault" and s["driver"]["state"] == "inactive", s
+    with line.lock:  # the drives were configured again and left disabled
+        assert not line.line.drives[1].motor.enabled and not line.line.drives[2].motor.enabled
+    wait_until(lambda: srv.post("/api/reset")[0] == 200, 10, "reset accepted")
+    status, body = srv.post("/api/speed", {"linear": 0.2, "angular": 0.0})
+    assert status == 409 and body["error"]["code"] == "not_running"
