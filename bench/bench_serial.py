@@ -1,6 +1,7 @@
 """Serial drivers against their emulators on a pty: sample rates, command-to-wire and stop latency.
 
-Run: ``.venv/bin/python bench/bench_serial.py [--quick]``. Figures, never assertions.
+Run: ``.venv/bin/python bench/bench_serial.py [--quick] [--system]`` (``--system``: only the
+figures through the real server). Figures, never assertions.
 
 * **Analog samples/s achieved vs requested** (firmata): the emulated board
   puts each byte on its wire at 10/baud s and stalls its sampling loop when its
@@ -11,6 +12,13 @@ Run: ``.venv/bin/python bench/bench_serial.py [--quick]``. Figures, never assert
 * **Stop latency**: from ``driver.halt()`` to the safe-state bytes arriving at
   the emulator — idle, while streaming, and (FAULHABER) while a request waits
   for an answer the drive holds back.
+
+* **System stop latency, through the real server** (``python -m server`` with
+  ``config/rover-firmata.toml`` / ``config/rover-faulhaber.toml``, the emulator in
+  this process): from a fault at the device — the e-stop button pressed on the
+  board, the board or a drive gone silent, a pulled cable — or the operator's
+  HTTP e-stop, to the safe-state bytes arriving at the emulator. Both ends use
+  this host's ``CLOCK_MONOTONIC``, so the runtime's event times compare too.
 
 What a pty does not show: host → device bytes cross the pty at memory speed.
 On a real link add the bytes' wire time (3 bytes at 57600 baud: 0.52 ms;
@@ -25,7 +33,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
 from bench.common import summary_ms  # noqa: E402
 from drivers.errors import AcquisitionError  # noqa: E402
@@ -215,7 +224,174 @@ def faulhaber_latency(cls, device_factory, stop_needle: bytes, label: str) -> No
     print(f"  {label}: halt → stop bytes, answer held back   {summary_ms(stop_held)}")
 
 
+# ---------------------------------------------------------------------- through the real server
+def serve(config: str, port: str, **driver):
+    """``python -m server`` on ``config`` with its driver on ``port``."""
+    import tempfile
+    import tomllib
+
+    import tomli_w
+
+    from tests.conftest import TEST_DEFAULTS, ServerProc, deep_merge
+
+    base = tomllib.loads((REPO / config).read_text())
+    cfg = deep_merge(deep_merge(base, TEST_DEFAULTS), {"driver": {"port": port, **driver}})
+    path = Path(tempfile.mkdtemp(prefix="teleop-bench-")) / "serial.toml"
+    path.write_text(tomli_w.dumps(cfg))
+    return ServerProc(path).start()
+
+
+def drive(srv, moving) -> None:
+    from tests.conftest import wait_until
+
+    wait_until(lambda: srv.post("/api/reset")[0] == 200, 30, "reset accepted")
+    wait_until(lambda: srv.post("/api/start")[0] == 200, 10, "start accepted")
+    status, body = srv.post("/api/speed", {"linear": 0.3, "angular": 0.0})
+    assert status == 200, body
+    # the driver active, not only the motors turning: a drive may still be coasting from the last stop
+    wait_until(lambda: moving() and srv.state()["driver"]["state"] == "active", 10, "moving")
+
+
+def last_zero_s(srv) -> float | None:
+    """The runtime's own figure for the last stop: trigger → halt() returned (its ``outputs_zero`` event)."""
+    evs = [e for e in srv.get("/api/events?limit=50")[1]["events"] if e["trigger"] == "outputs_zero"]
+    return evs[-1]["values"]["after_trigger_s"] if evs else None
+
+
+def system_firmata() -> None:
+    from tests.conftest import wait_until
+    from tests.server.test_stop_paths import Heartbeat
+
+    print("\n== through the real server: rover-firmata.toml on the emulated board (pty) ==")
+    safe = bytes.fromhex("e5 00 00 e6 00 00 f5 08 00 f5 04 00 f5 07 00")
+    board = FirmataBoard(BoardConfig(banner_delay_s=0.0))
+    sent_port: list[float] = []
+    emit = board._emit
+
+    def stamped(data: bytes, now_s: float) -> None:  # when the board put the e-stop input's change out
+        if data and data[0] == 0x90:
+            sent_port.append(now_s)
+        emit(data, now_s)
+
+    board._emit = stamped
+    n = 10 if QUICK else 30
+    with PtyRunner(board, "firmata") as runner:
+        srv = serve("config/rover-firmata.toml", runner.port, banner_wait_s=0.0, reconnect_timeout_s=1.0)
+        try:
+            def moving() -> bool:
+                return min(board.wheel_commands()) > 1.0
+
+            button, button_host, button_rt, http, http_rt, silent, unplug = [], [], [], [], [], [], []
+            with Heartbeat(srv, 0.05):
+                for _ in range(n):
+                    drive(srv, moving)
+                    since = len(runner.rx_log)
+                    with runner.lock:
+                        t0 = time.monotonic()
+                        board.inject("estop", pressed=True)
+                        sent_port.clear()
+                    t1 = arrival(runner, safe, since)
+                    button.append(t1 - t0)
+                    button_host.append(t1 - sent_port[0])
+                    wait_until(lambda: srv.state()["state"] == "estop", 5, "e-stop")
+                    button_rt.append(last_zero_s(srv))
+                    with runner.lock:
+                        board.inject("estop", pressed=False)
+                for _ in range(n):
+                    drive(srv, moving)
+                    since = len(runner.rx_log)
+                    t0 = time.monotonic()
+                    srv.post("/api/estop")
+                    http.append(arrival(runner, safe, since) - t0)
+                    http_rt.append(last_zero_s(srv))
+                for _ in range(3 if QUICK else 5):
+                    drive(srv, moving)
+                    since = len(runner.rx_log)
+                    with runner.lock:
+                        t0 = time.monotonic()
+                        board.inject("silent")
+                    silent.append(arrival(runner, safe, since) - t0)
+                    wait_until(lambda: srv.state()["state"] == "fault", 10, "fault")
+                    with runner.lock:
+                        board.inject("clear")
+                    wait_until(lambda: srv.state()["driver"]["reconnects"] > len(silent) - 1, 30, "reconnected")
+                for _ in range(3 if QUICK else 5):
+                    drive(srv, moving)
+                    t0 = time.monotonic()
+                    runner.unplug()
+                    wait_until(lambda: srv.state()["state"] == "fault", 10, "fault")
+                    fault_t = [e for e in srv.get("/api/events?limit=50")[1]["events"]
+                               if e["trigger"] == "driver_fault"][-1]["t"]
+                    unplug.append(fault_t - t0)
+                    reconnects = srv.state()["driver"]["reconnects"]
+                    runner.replug()
+                    wait_until(lambda: srv.state()["driver"]["reconnects"] > reconnects, 30, "reconnected")
+        finally:
+            srv.stop()
+    print(f"  e-stop button pressed → safe state on the wire     {summary_ms(button)}")
+    print(f"    of which the board's message → safe state (host) {summary_ms(button_host)}")
+    print(f"    runtime: the tick that read it → halt() returned {summary_ms(button_rt)}")
+    print(f"  HTTP POST /api/estop sent → safe state on the wire {summary_ms(http)}")
+    print(f"    runtime: request latched → halt() returned       {summary_ms(http_rt)}")
+    print(f"  board silent → safe state on the wire (stale_s 0.5) {summary_ms(silent)}")
+    print(f"  cable pulled → fault (outputs cannot be reached)   {summary_ms(unplug)}")
+
+
+def system_faulhaber() -> None:
+    from tests.conftest import wait_until
+    from tests.server.test_stop_paths import Heartbeat
+
+    print("\n== through the real server: rover-faulhaber.toml on emulated ASCII drives (pty) ==")
+    stop = b"1V0\r1DI\r2V0\r2DI\r"
+    line = AsciiLine(LineConfig([DriveConfig(1), DriveConfig(2)]))
+    n = 10 if QUICK else 20
+    with PtyRunner(line, "faulhaber-ascii") as runner:
+        srv = serve("config/rover-faulhaber.toml", runner.port, reply_timeout_s=10.0, reconnect_timeout_s=1.0)
+        try:
+            def moving() -> bool:
+                with runner.lock:
+                    return line.drives[1].motor.speed_rev_s > 5.0
+
+            held, held_rt, silent = [], [], []
+            with Heartbeat(srv, 0.05):
+                for _ in range(n):
+                    drive(srv, moving)
+                    with runner.lock:
+                        line.inject("hold")
+                    wait_until(lambda: line._held, 5, "an answer held")
+                    since = len(runner.rx_log)
+                    t0 = time.monotonic()
+                    srv.post("/api/estop")
+                    held.append(arrival(runner, stop, since) - t0)
+                    held_rt.append(last_zero_s(srv))
+                    with runner.lock:
+                        line.inject("release", now_s=time.monotonic())
+            srv.stop()
+            srv = serve("config/rover-faulhaber.toml", runner.port, reconnect_timeout_s=1.0)
+            with Heartbeat(srv, 0.05):
+                for _ in range(3 if QUICK else 5):
+                    drive(srv, moving)
+                    since = len(runner.rx_log)
+                    with runner.lock:
+                        t0 = time.monotonic()
+                        line.inject("silent")
+                    silent.append(arrival(runner, stop, since) - t0)
+                    wait_until(lambda: srv.state()["state"] == "fault", 10, "fault")
+                    with runner.lock:
+                        line.inject("clear")
+                    wait_until(lambda: srv.state()["driver"]["reconnects"] > len(silent) - 1, 30, "reconnected")
+        finally:
+            srv.stop()
+    print(f"  HTTP e-stop, a poll's answer held → stop on the wire {summary_ms(held)}")
+    print(f"    runtime: request latched → halt() returned         {summary_ms(held_rt)}")
+    print(f"  drives silent → stop on the wire (sensor_stale_s 0.5) {summary_ms(silent)}")
+
+
 def main() -> None:
+    if "--system" in sys.argv:  # only the figures through the real server
+        system_firmata()
+        system_faulhaber()
+        return
     firmata_rates()
     firmata_latency()
     pyfirmata2_peer()
@@ -226,6 +402,8 @@ def main() -> None:
 
     faulhaber_latency(FaulhaberMcV3Driver, McV3Bus, mcv3.encode_sdo_write(1, mcv3.CONTROLWORD, 0, 2),
                       "faulhaber-mcv3")
+    system_firmata()
+    system_faulhaber()
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ from drivers.base import Driver, DriverState
 from drivers.errors import DriverError, DriverLinkError
 from server.config import Table
 from server.runtime.controllers.base import Controller
-from server.runtime.reconnect import Reconnector
+from server.runtime.reconnect import Activator, Reconnector, lifecycle_status
 from server.runtime.supervisor import Event, Inputs, OutputMode, Refused, State, Supervisor
 
 log = logging.getLogger(__name__)
@@ -291,6 +291,8 @@ class ControlLoop:
         self.halt_count = 0
         #: reopens a failed driver in a worker thread (server/runtime/reconnect.py); None: the driver cannot
         self.reconnector: Reconnector | None = None
+        #: activates a device driver in a worker thread (its requests wait for the device); None: in the tick
+        self.activator: Activator | None = None
         self._values: dict[str, float] | None = None
         self._truth: dict[str, Any] = {}
         self._record: dict[str, Any] | None = None
@@ -441,8 +443,9 @@ class ControlLoop:
         """The one place the outputs follow the supervisor's mode (called under the lock).
 
         CUT halts once per stop cause (a category-1 ramp becomes CUT once at zero); IDLE
-        deactivates the driver; TRACK activates it once per accepted start (under the lock, so a
-        halt from a request always wins after it); TRACK/RAMP/HOLD write the command."""
+        deactivates the driver; TRACK activates it once per accepted start (the simulator here,
+        under the lock; a device driver in a worker, :class:`~server.runtime.reconnect.Activator`,
+        writing nothing until it is done; a halt always wins); TRACK/RAMP/HOLD write the command."""
         sup = self.supervisor
         if mode is OutputMode.RAMP and self.controller.stopped and sup.state is State.ESTOP:
             mode = OutputMode.CUT  # category 1: cut once the ramp has reached zero
@@ -459,7 +462,10 @@ class ControlLoop:
             return
         try:
             if mode is OutputMode.TRACK and self._activated_for != sup.starts:
-                self.driver.activate()
+                if self.activator is None:
+                    self.driver.activate()
+                elif not self.activator.poll(sup.starts):
+                    return  # a device driver is being activated in a worker (it waits for the device)
                 self._activated_for = sup.starts
             if have_frame:
                 self.driver.write(command)
@@ -500,7 +506,7 @@ class ControlLoop:
                 "timeout_s": sup.cfg.command_timeout_s,
             },
             "driver": {"state": self.driver.state.value, **self.driver.health(),
-                       **(self.reconnector.status() if self.reconnector is not None else {})},
+                       **lifecycle_status(self.reconnector, self.activator)},
             **{stage.name: stage.status() for stage in self.stages if callable(getattr(stage, "status", None))},
         }
 

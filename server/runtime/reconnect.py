@@ -1,4 +1,15 @@
-"""Bring a failed driver back: reconnect with backoff in a worker thread; never restart motion.
+"""A device driver's blocking lifecycle calls, off the control loop's tick: reconnect and activate.
+
+Two calls of a serial driver talk to the device and wait for it: ``reconnect()`` (seconds) and
+``activate()`` (a FAULHABER drive is enabled by requests that each await an answer on a half-duplex
+line). Made in the tick, under the loop's lock, either would stall the loop and hold back every
+operator request behind it — an e-stop included: measured, an HTTP e-stop waited 10 s for a start's
+``EN`` whose answer the drive held back. So both run in worker threads here; the tick only looks at
+how they are doing. Drivers opt in by having ``reconnect()`` (device drivers; the simulator has none
+and keeps its instant, in-tick activation).
+
+Reconnect
+---------
 
 A serial driver's fault sticks (docs/hardware.md, "Faults, reconnect, and the stop bound"):
 after a lost port, a silent board, garbage or a board that reset itself, every read raises
@@ -15,13 +26,21 @@ supervisor's ``fault`` clears only by an operator's reset (accepted once fresh d
 again) and motion only by the operator's start after it. This is ros2_control's error
 handling: the hardware is made safe and waits to be activated again; nothing here moves it.
 
-Drivers opt in by having ``reconnect(timeout_s=None, stop=None) -> attempts`` (the serial
-drivers); the simulator has none and heals when its injected fault is cleared.
+``reconnect(timeout_s=None, stop=None) -> attempts`` is the serial drivers'; the simulator heals
+when its injected fault is cleared.
 
 Backoff: the driver's own (0.1, 0.2, 0.5, 1, 2, 2 … s) inside each ``reconnect`` call;
 between calls that failed, :data:`RETRY_S`; and a driver that fails again soon after it
 came back (within :data:`STABLE_S`) waits :data:`CYCLE_BACKOFF_S` (growing) before the next
 reconnect, so a flapping board does not keep the line in a reset loop.
+
+Activate
+--------
+After an accepted start the tick asks :meth:`Activator.poll` each tick until the worker's
+``activate()`` finished, and writes nothing meanwhile (the driver is not active yet; the supervisor
+keeps running). A halt that comes in meanwhile wins: the driver base refuses the activation, and the
+worker halts once more after it, because a stop's bytes may have gone out *before* the rest of the
+activation's (a drive ``EN``-abled after its ``DI``, a relay closed after it was opened).
 """
 
 from __future__ import annotations
@@ -30,6 +49,8 @@ import logging
 import threading
 import time
 from typing import Any, Callable, Protocol
+
+from drivers.base import DriverState
 
 log = logging.getLogger(__name__)
 
@@ -194,4 +215,82 @@ class Reconnector:
             self._busy.clear()
 
 
-__all__ = ["CYCLE_BACKOFF_S", "RETRY_S", "Reconnector", "STABLE_S"]
+class Activator:
+    """``driver.activate()`` for one accepted start, in a worker thread; the tick polls it.
+
+    >>> class Drive:
+    ...     state = DriverState.INACTIVE
+    ...     def activate(self):
+    ...         self.state = DriverState.ACTIVE
+    >>> a = Activator(Drive())
+    >>> a.poll(1)               # the first poll of start 1 starts the worker
+    False
+    >>> a.wait_idle(5.0), a.poll(1)
+    (True, True)
+    """
+
+    def __init__(self, driver: Any) -> None:
+        self.driver = driver
+        self._start = 0
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def for_driver(cls, driver: Any) -> "Activator | None":
+        """An activator for a device driver (one that can reconnect), else ``None`` (activate in the tick)."""
+        return cls(driver) if callable(getattr(driver, "reconnect", None)) else None
+
+    @property
+    def busy(self) -> bool:
+        t = self._thread
+        return t is not None and t.is_alive()
+
+    def poll(self, start: int) -> bool:
+        """True once ``activate()`` returned for the supervisor's ``start``; starts it on the first poll (after a
+        previous activation's worker has finished). Raises what ``activate()`` raised."""
+        if self._start != start:
+            if self.busy:
+                return False  # the last start's activation is still winding down: one at a time
+            self._start = start
+            self._done.clear()
+            self._error = None
+            self._thread = threading.Thread(target=self._run, name="driver-activate", daemon=True)
+            self._thread.start()
+            return False
+        if not self._done.is_set():
+            return False
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        return True
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no activation runs (tests); True if idle."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout_s)
+        return not self.busy
+
+    def _run(self) -> None:
+        try:
+            self.driver.activate()
+            if self.driver.state is not DriverState.ACTIVE:
+                # a halt overtook the activation: what the activation wrote after the stop's bytes is undone
+                self.driver.halt()
+        except Exception as err:  # noqa: BLE001 - handed to the tick, which faults the robot on it
+            self._error = err
+            self.driver.halt()
+        finally:
+            self._done.set()
+
+
+def lifecycle_status(reconnector: Reconnector | None, activator: Activator | None) -> dict[str, Any]:
+    """The workers' part of the snapshot's ``driver`` field (``{}`` for a driver without them)."""
+    out: dict[str, Any] = reconnector.status() if reconnector is not None else {}
+    if activator is not None:
+        out["activating"] = activator.busy
+    return out
+
+
+__all__ = ["Activator", "CYCLE_BACKOFF_S", "RETRY_S", "Reconnector", "STABLE_S", "lifecycle_status"]

@@ -21,7 +21,7 @@ from server.runtime.controllers.base import Controller
 from server.runtime.controllers.rover import RoverController
 from server.runtime.estimation import EstimationStage, build_estimation
 from server.runtime.loop import ControlLoop, GcPolicy
-from server.runtime.reconnect import Reconnector
+from server.runtime.reconnect import Activator, Reconnector
 from server.runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,9 @@ class Robot:
             publish_every=max(1, round(loop_cfg.rate_hz / profile.telemetry.rate_hz)),
             gc_policy=GcPolicy(loop_cfg.gc),
         )
-        self.loop.reconnector = Reconnector.for_driver(self.driver, self.loop)  # serial drivers: reopen on a fault
+        # device drivers: reopen on a fault, and activate off the tick (server/runtime/reconnect.py)
+        self.loop.reconnector = Reconnector.for_driver(self.driver, self.loop)
+        self.loop.activator = Activator.for_driver(self.driver)
         self.stage: EstimationStage | None = build_estimation(profile, self.driver)
         if self.stage is not None:
             self.loop.stages.append(self.stage)

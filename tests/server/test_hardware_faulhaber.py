@@ -46,6 +46,7 @@ def start_and_drive(srv: ServerProc, runner: PtyRunner) -> None:
     assert status == 200, body
     # 6 rad/s at the wheel × 14:1 = 13.4 rev/s at the motor; node 2 is mounted mirrored (invert)
     wait_until(lambda: motor_rev_s(runner, 1) > 5.0 and motor_rev_s(runner, 2) < -5.0, 10, "both drives turning")
+    assert srv.state()["driver"]["state"] == "active"
 
 
 def held(runner: PtyRunner) -> int:
@@ -82,6 +83,43 @@ def test_estop_overtakes_a_request_whose_answer_is_held(server_factory, line) ->
         wait_until(lambda: srv.post("/api/reset")[0] == 200, 10, "reset once the drives answer again")
     s = srv.state()
     assert s["state"] == "idle" and s["driver"]["timeouts"] == timeouts and s["driver"]["invalid_frames"] == 0
+
+
+def node_power(runner: PtyRunner, node: int) -> str:
+    """The last power-stage command node ``node`` received: ``EN`` or ``DI``."""
+    with runner.lock:
+        return next(text[len(str(node)):] for _, text in reversed(runner.line.lines)
+                    if text in (f"{node}EN", f"{node}DI"))
+
+
+def test_estop_while_a_start_waits_for_its_drives(server_factory, line) -> None:
+    """Enabling the drives is a sequence of requests (V0, EN per node, each awaiting its answer): the
+    runtime does it off its control loop, so an e-stop meanwhile is neither blocked nor undone."""
+    # no rules: while answers are held nothing refreshes, and a rule channel would block the start as stale
+    srv = server_factory({"driver": {"port": line.port, "reply_timeout_s": 10.0}, "safety": {"rules": []}},
+                         config=CONFIG)
+    timeouts = srv.state()["driver"]["timeouts"]
+    with line.lock:
+        line.line.inject("hold")
+    wait_until(lambda: held(line) >= 1, 5, "a poll's answer held by the drive")
+    with Heartbeat(srv):
+        status, body = srv.post("/api/start")  # accepted; enabling the drives waits behind the held answer
+        assert status == 200 and body["state"] == "running", body
+        wait_until(lambda: srv.state()["driver"]["activating"], 5, "the drives being enabled")
+        since = len(line.rx_log)
+        status, body = srv.post("/api/estop")
+        assert status == 200 and body["state"] == "estop" and "warning" not in body, body
+        line.wait_for(STOP_BYTES, since=since)
+        assert srv.state()["driver"]["timeouts"] == timeouts and held(line) >= 1
+        # the answers come: the activation goes on (its EN after the stop's DI) and is undone at its end
+        with line.lock:
+            line.line.inject("release")
+        wait_until(lambda: not srv.state()["driver"]["activating"], 10, "the activation over")
+    assert node_power(line, 1) == "DI" and node_power(line, 2) == "DI"
+    with line.lock:
+        assert not line.line.drives[1].motor.enabled and not line.line.drives[2].motor.enabled
+    s = srv.state()
+    assert s["state"] == "estop" and s["driver"]["state"] == "inactive" and s["driver"]["timeouts"] == timeouts
 
 
 def test_a_silent_drive_faults_and_reconnects_once_it_answers(server_factory, line) -> None:
