@@ -517,9 +517,14 @@ class ControlLoop:
         self._pending_events.append(Event(self.clock(), trigger, message, st, st, kind=kind, values=values or {}))
 
     def emit_now(self, trigger: str, message: str, kind: str = "info", values: dict[str, Any] | None = None) -> None:
-        """:meth:`emit` from outside the lock (takes it)."""
+        """:meth:`emit` from outside the lock (takes it). Like a tick, it publishes a new record before the event
+        goes out, so whoever sees the event and then asks for the state sees the state after it."""
         with self.lock:
             self.emit(trigger, message, kind, values)
+            if self.seq:
+                self._make_record()
+                if self.on_publish is not None:
+                    self.on_publish()
             self._drain_events()
 
     def _end_behavior(self, now: float, how: str, cancel: bool = True) -> None:

@@ -136,6 +136,8 @@ class Reconnector:
         running or stopped. Emits ``driver_reconnecting``."""
         if self._busy.is_set() or self._stop.is_set():
             return False
+        if self._thread is not None and self._thread.is_alive():
+            return False  # the last reconnect is still announcing itself; the next failed read starts one
         now = self.clock()
         delay = 0.0
         if now - self._back_t < self.stable_s:
@@ -169,13 +171,11 @@ class Reconnector:
                 log.warning("driver reconnect still running %.0f s after shutdown was asked", timeout_s)
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until no reconnect runs (tests); True if idle."""
-        deadline = time.monotonic() + timeout_s
-        while self._busy.is_set():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
-        return True
+        """Wait until no reconnect runs and its worker has ended (tests); True if so."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout_s)
+        return not self._busy.is_set() and (t is None or not t.is_alive())
 
     # ------------------------------------------------------------------ the worker
     def _run(self, delay_s: float) -> None:
@@ -206,6 +206,7 @@ class Reconnector:
                 self.last_error = None
                 took = self.clock() - self._since
                 self._back_t = self.clock()
+                self._busy.clear()  # before the event: whoever sees it and asks for the state sees the driver back
                 log.warning("driver reconnected after %.2f s; outputs stay off until reset and start", took)
                 self.events.emit_now("driver_reconnected",
                                      f"driver reconnected after {took:.2f} s; outputs stay off: reset, then start",

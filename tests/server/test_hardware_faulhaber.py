@@ -1,5 +1,6 @@
 """End to end on the FAULHABER path: ``python -m server`` with ``config/rover-faulhaber.toml`` driving two
-emulated MCDC drives (ASCII, nodes 1 and 2) on one pseudo-terminal line (issue 12).
+emulated MCDC drives (ASCII, nodes 1 and 2) on one pseudo-terminal line (issue 12), and the same rover on
+MC V3.0 controllers (binary frames with CRC).
 
 The line is half duplex and its replies carry no node number, so every poll waits for its answer
 before the next command goes out. The stop does not: these tests hold a poll's answer in the
@@ -9,11 +10,15 @@ the answer is still held.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from drivers.faulhaber import mcv3
 from sim.devices.faulhaber_ascii import AsciiLine, LineConfig
+from sim.devices.faulhaber_mcv3 import McV3Bus
 from sim.devices.pty import PtyRunner
-from tests.conftest import ServerProc, wait_until
+from tests.conftest import REPO, ServerProc, wait_until
 from tests.server.test_stop_paths import Heartbeat, events
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,8 +36,15 @@ def line():
         yield runner
 
 
+#: this VM is shared and often loaded (load average over 10 on 2 cores): a poll cycle through the pty has
+#: been seen to take 0.4 s and a tick to come 0.115 s late, so the stale-channel stop (0.5 s in the profile)
+#: and the stall stop (0.1 s) get room here, where they are not what a test is about; the drivers' own
+#: timeouts stay as in the profile
+SLACK = {"safety": {"sensor_stale_s": 5.0}, "loop": {"max_stall_s": 2.0}}
+
+
 def serve(server_factory, runner: PtyRunner, **driver) -> ServerProc:
-    return server_factory({"driver": {"port": runner.port, **driver}}, config=CONFIG)
+    return server_factory({"driver": {"port": runner.port, **driver}, **SLACK}, config=CONFIG)
 
 
 def motor_rev_s(runner: PtyRunner, node: int) -> float:
@@ -41,17 +53,31 @@ def motor_rev_s(runner: PtyRunner, node: int) -> float:
 
 
 def start_and_drive(srv: ServerProc, runner: PtyRunner) -> None:
-    wait_until(lambda: srv.post("/api/start")[0] == 200, 10, "start accepted")
+    try:
+        wait_until(lambda: srv.post("/api/start")[0] == 200, 10, "start accepted")
+    except AssertionError as err:
+        raise AssertionError(f"{err}: {srv.post('/api/start')[1]}") from None
     status, body = srv.post("/api/speed", {"linear": 0.3, "angular": 0.0})
     assert status == 200, body
     # 6 rad/s at the wheel × 14:1 = 13.4 rev/s at the motor; node 2 is mounted mirrored (invert)
     wait_until(lambda: motor_rev_s(runner, 1) > 5.0 and motor_rev_s(runner, 2) < -5.0, 10, "both drives turning")
-    assert srv.state()["driver"]["state"] == "active"
+    wait_until(lambda: srv.state()["state"] == "running" and srv.state()["driver"]["state"] == "active", 5,
+               "running, the driver active")
 
 
 def held(runner: PtyRunner) -> int:
     with runner.lock:
         return len(runner.line._held)
+
+
+def test_the_profile_validates() -> None:
+    from server.config import load_config
+    from server.runtime.robot import Robot
+
+    profile = load_config(REPO / CONFIG)  # every table, as the launcher checks it
+    robot = Robot(profile)  # builds the driver from its table (nothing opened)
+    assert robot.driver.name == "faulhaber-ascii" and set(robot.driver.actuators()) == {"wheel_left", "wheel_right"}
+    assert {r.channel for r in profile.safety.rules} <= {c.name for c in robot.driver.channels()}
 
 
 def test_estop_overtakes_a_request_whose_answer_is_held(server_factory, line) -> None:
@@ -129,7 +155,7 @@ def test_a_silent_drive_faults_and_reconnects_once_it_answers(server_factory, li
         since = len(line.rx_log)
         with line.lock:
             line.line.inject("silent")
-        line.wait_for(STOP_BYTES, since=since)  # halted (the stale rule channels or the timeouts, first wins)
+        line.wait_for(STOP_BYTES, since=since)  # halted (repeated timeouts; the stale rule is given 5 s here)
         wait_until(lambda: srv.state()["state"] == "fault", 15, "fault after repeated timeouts")
         s = srv.state()
         assert s["cause"]["trigger"] == "driver_fault" and "DriverTimeoutError" in s["cause"]["message"], s["cause"]
@@ -146,3 +172,48 @@ def test_a_silent_drive_faults_and_reconnects_once_it_answers(server_factory, li
     wait_until(lambda: srv.post("/api/reset")[0] == 200, 10, "reset accepted")
     status, body = srv.post("/api/speed", {"linear": 0.2, "angular": 0.0})
     assert status == 409 and body["error"]["code"] == "not_running"
+
+
+#: the MC V3.0 rover: the same profile with the binary protocol's line settings
+MCV3 = {"name": "faulhaber-mcv3", "baudrate": 115200, "xonxoff": False}
+#: halt() on MC V3.0: a quick stop (controlword 0x0002) per node
+MCV3_STOP = b"".join(mcv3.encode_sdo_write(n, mcv3.CONTROLWORD, 0, mcv3.CW_QUICK_STOP) for n in (1, 2))
+
+
+# (a burst of noise on the line is left to the driver tests: whether it is counted and survived or breaks a
+# reply into the wrong kind of answer depends on where it lands; both are right)
+@pytest.mark.parametrize("protocol, fault, kw, error", [
+    ("ascii", "unknown", {}, "DriverProtocolError"),  # every command answered "Unknown command"
+    ("mcv3", "corrupt_crc", {"count": 1000}, "DriverTimeoutError"),  # answers arrive, none with a good CRC
+    ("mcv3", "fault", {}, "DriverProtocolError"),  # the drives went to FAULT (CiA 402)
+])
+def test_a_device_fault_halts_then_reconnects_and_waits_for_the_operator(server_factory, protocol, fault, kw,
+                                                                        error) -> None:
+    device = AsciiLine(LineConfig()) if protocol == "ascii" else McV3Bus()
+    with PtyRunner(device, f"faulhaber-{protocol}") as runner:
+        runner.line = device
+        srv = serve(server_factory, runner, reconnect_timeout_s=0.5, **(MCV3 if protocol == "mcv3" else {}))
+        with Heartbeat(srv):
+            start_and_drive(srv, runner)
+            since = len(runner.rx_log)
+            with runner.lock:
+                device.inject(fault, now_s=time.monotonic(), **kw)
+            runner.wait_for(STOP_BYTES if protocol == "ascii" else MCV3_STOP, since=since)  # halted
+            wait_until(lambda: srv.state()["state"] == "fault", 15, "fault")
+            s = srv.state()
+            assert s["cause"]["trigger"] == "driver_fault" and error in s["cause"]["message"], s["cause"]
+            with runner.lock:
+                device.inject("clear")
+            wait_until(lambda: events(srv, "driver_reconnected"), 30, "the driver back")
+        wait_until(lambda: not srv.state()["driver"]["reconnecting"], 5, "reconnect finished")
+        s = srv.state()
+        assert s["state"] == "fault" and s["driver"]["state"] == "inactive", s
+        if protocol == "mcv3" and fault == "corrupt_crc":
+            assert s["driver"]["crc_errors"] > 0
+        with runner.lock:  # configured again, disabled
+            assert not device.drives[1].motor.enabled and not device.drives[2].motor.enabled
+        wait_until(lambda: srv.post("/api/reset")[0] == 200, 10, "reset accepted")
+        status, body = srv.post("/api/speed", {"linear": 0.2, "angular": 0.0})
+        assert status == 409 and body["error"]["code"] == "not_running"
+        with runner.lock:
+            assert device.drives[1].motor.speed_rev_s == 0.0 or not device.drives[1].motor.enabled
