@@ -27,7 +27,8 @@ Requests from the runtime API (start, stop, e-stop, setpoints …) run on anothe
 take :attr:`ControlLoop.lock`; every change they make is recorded in a new snapshot before
 the lock is released, so a reply is never contradicted by an older snapshot. Drivers must
 not block in ``_read``/``_write`` (serial drivers read from a reader thread and queue their
-writes), so the lock is held for microseconds.
+writes), and a device driver's blocking ``activate``/``reconnect`` run in worker threads, so the
+lock is held for microseconds.
 """
 
 from __future__ import annotations
