@@ -37,7 +37,8 @@ MAX_BACKLOG_BYTES = 256 * 1024
 MAX_PAIRS = 2000
 #: methods after which no snapshot needs to go out before the reply (they change nothing, or only the
 #: link's age: a heartbeat at 50 Hz must not double the snapshot rate)
-NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat"}
+NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat",
+              "loop_stats"}
 
 
 def _prepare_socket_path(path: Path) -> None:
@@ -109,6 +110,7 @@ class RuntimeService:
             "calibration": (Empty, lambda p: robot.calibrations.state_json()),
             "cancel_behavior": (Empty, lambda p: {"ok": True, "state": self.loop.cancel_behavior()}),
             "subscribe": (SubscribeParams, None),  # handled per connection
+            "loop_stats": (Empty, lambda p: self.loop.stats.histogram()),
             "ping": (PingParams, lambda p: {"t": p.t, "runtime_t": time.time(), "monotonic": time.monotonic()}),
         }
         if debug:
