@@ -34,7 +34,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from common import REPO, cpu_seconds, start_server, summary_ms, wait_until
+from common import REPO, cpu_seconds, start_server, summary_ms, video_viewer_proc, wait_until
 
 RATE_HZ = 50.0
 
@@ -111,25 +111,6 @@ def _burn(seconds: float) -> None:
     x = 0
     while time.time() < end:
         x += 1
-
-
-def _viewer(url: str, seconds: float, out: mp.Queue) -> None:
-    async def main() -> int:
-        frames = 0
-        stop_t = time.time() + seconds
-        async with aiohttp.ClientSession() as s, s.ws_connect(url + "/ws/video") as ws:
-            while time.time() < stop_t:
-                try:
-                    msg = await asyncio.wait_for(ws.receive(), 2)
-                except asyncio.TimeoutError:
-                    continue
-                if msg.type == aiohttp.WSMsgType.BINARY:
-                    n = int.from_bytes(msg.data[:4], "big")
-                    await ws.send_str(json.dumps({"type": "ack", "seq": json.loads(msg.data[4:4 + n])["seq"]}))
-                    frames += 1
-        return frames
-
-    out.put(asyncio.run(main()))
 
 
 # ---------------------------------------------------------------------- client swarm (own process)
@@ -298,7 +279,7 @@ def loop_1khz(seconds: float, load: bool) -> None:
     procs = []
     try:
         q: mp.Queue = mp.Queue()
-        v = mp.Process(target=_viewer, args=(srv.url, seconds + 4, q), daemon=True)
+        v = mp.Process(target=video_viewer_proc, args=(srv.url, seconds + 4, q), daemon=True)
         v.start()
         procs.append(v)
         if load:

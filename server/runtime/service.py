@@ -98,7 +98,7 @@ class RuntimeService:
             "stop": (Empty, lambda p: {"ok": True, "state": self.loop.stop_robot()}),
             "reset": (Empty, lambda p: {"ok": True, "state": self.loop.reset()}),
             "heartbeat": (Empty, lambda p: {"ok": True, "state": self.loop.heartbeat()}),
-            "estop": (EstopParams, self._estop),
+            "estop": (EstopParams, self._estop_any),  # listed for the docs; _handle latches it before anything
             "estop_reason": (EstopParams, self._estop_reason),
             "setpoint": (SetpointParams, self._setpoint),
             "acquisition": (Empty, lambda p: self._acquisition_json()),
@@ -232,9 +232,6 @@ class RuntimeService:
         if isinstance(reason, str) and reason and len(reason) <= MAX_REASON:
             self.loop.note_estop_reason(reason)
         return {"ok": True, "state": state}
-
-    def _estop(self, p: EstopParams) -> dict[str, Any]:  # pragma: no cover - _handle latches first
-        return self._estop_any({"reason": p.reason})
 
     def _estop_reason(self, p: EstopParams) -> dict[str, Any]:
         if not p.reason or len(p.reason) > MAX_REASON:
