@@ -19,7 +19,7 @@ from drivers.base import DriverState
 from drivers.errors import DriverLinkError
 from server.config import RUNTIME_TABLES, load_config
 from server.runtime.controllers.rover import RoverSetpoint
-from server.runtime.reconnect import Reconnector
+from server.runtime.reconnect import Activator, Reconnector
 from server.runtime.robot import Robot
 from server.runtime.supervisor import Refused
 from sim.devices.firmata import BoardConfig, FirmataBoard
@@ -266,3 +266,61 @@ def test_start_is_refused_while_running_and_after_stop() -> None:
     r._busy.clear()
     r.stop()
     assert not r.start("after shutdown")
+
+
+class SlowDrive:
+    """Enabling waits for ``release`` (a drive answering late); counts halts; ``fail`` makes it raise."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.state = DriverState.INACTIVE
+        self.release = threading.Event()
+        self.halts = 0
+        self.fail = fail
+        self.activations = 0
+
+    def activate(self) -> None:
+        self.activations += 1
+        halts = self.halts
+        self.release.wait(5.0)
+        if self.fail:
+            raise DriverLinkError("no answer to EN")
+        if self.halts == halts:  # like drivers.base: a halt during the activation wins
+            self.state = DriverState.ACTIVE
+
+    def halt(self) -> None:
+        self.halts += 1
+        self.state = DriverState.INACTIVE
+
+
+def test_activation_runs_in_a_worker_one_start_at_a_time() -> None:
+    drive = SlowDrive()
+    a = Activator(drive)
+    assert not a.poll(1) and a.busy  # started, waiting for the drive
+    assert not a.poll(1)
+    assert not a.poll(2) and drive.activations == 1  # a later start waits for this one to end
+    drive.release.set()
+    assert a.wait_idle(5.0)
+    assert a.poll(2) is False and a.wait_idle(5.0) and a.poll(2)  # then start 2 gets its own activation
+    assert drive.activations == 2 and drive.state is DriverState.ACTIVE and drive.halts == 0
+
+
+def test_a_halt_during_the_activation_is_repeated_after_it() -> None:
+    drive = SlowDrive()
+    a = Activator(drive)
+    a.poll(1)
+    drive.halt()  # an e-stop while the drives are being enabled
+    drive.release.set()
+    assert a.wait_idle(5.0) and a.poll(1)
+    assert drive.state is DriverState.INACTIVE
+    assert drive.halts == 2  # the e-stop's, and one after the activation's last bytes
+
+
+def test_an_activation_error_reaches_the_tick_and_halts() -> None:
+    drive = SlowDrive(fail=True)
+    drive.release.set()
+    a = Activator(drive)
+    a.poll(1)
+    assert a.wait_idle(5.0)
+    with pytest.raises(DriverLinkError, match="EN"):
+        a.poll(1)
+    assert drive.halts == 1
