@@ -225,8 +225,8 @@ def faulhaber_latency(cls, device_factory, stop_needle: bytes, label: str) -> No
 
 
 # ---------------------------------------------------------------------- through the real server
-def serve(config: str, port: str, **driver):
-    """``python -m server`` on ``config`` with its driver on ``port``."""
+def serve(config: str, port: str, overrides: dict | None = None, **driver):
+    """``python -m server`` on ``config`` with its driver on ``port`` (and ``overrides`` merged in)."""
     import tempfile
     import tomllib
 
@@ -235,7 +235,7 @@ def serve(config: str, port: str, **driver):
     from tests.conftest import TEST_DEFAULTS, ServerProc, deep_merge
 
     base = tomllib.loads((REPO / config).read_text())
-    cfg = deep_merge(deep_merge(base, TEST_DEFAULTS), {"driver": {"port": port, **driver}})
+    cfg = deep_merge(deep_merge(base, TEST_DEFAULTS), {"driver": {"port": port, **driver}, **(overrides or {})})
     path = Path(tempfile.mkdtemp(prefix="teleop-bench-")) / "serial.toml"
     path.write_text(tomli_w.dumps(cfg))
     return ServerProc(path).start()
@@ -352,7 +352,7 @@ def system_faulhaber() -> None:
                 with runner.lock:
                     return line.drives[1].motor.speed_rev_s > 5.0
 
-            held, held_rt, silent = [], [], []
+            held, held_rt, silent, activating = [], [], [], []
             with Heartbeat(srv, 0.05):
                 for _ in range(n):
                     drive(srv, moving)
@@ -380,10 +380,28 @@ def system_faulhaber() -> None:
                     with runner.lock:
                         line.inject("clear")
                     wait_until(lambda: srv.state()["driver"]["reconnects"] > len(silent) - 1, 30, "reconnected")
+            srv.stop()
+            # a start whose drives are being enabled (their answers held): no rules (nothing refreshes while held)
+            srv = serve("config/rover-faulhaber.toml", runner.port, {"safety": {"rules": []}}, reply_timeout_s=10.0)
+            for _ in range(n // 2):
+                wait_until(lambda: srv.post("/api/reset")[0] == 200, 30, "reset accepted")
+                with runner.lock:
+                    line.inject("hold")
+                wait_until(lambda: line._held, 5, "an answer held")
+                srv.post("/api/start")
+                wait_until(lambda: srv.state()["driver"].get("activating"), 5, "the drives being enabled")
+                since = len(runner.rx_log)
+                t0 = time.monotonic()
+                srv.post("/api/estop")
+                activating.append(arrival(runner, stop, since) - t0)
+                with runner.lock:
+                    line.inject("release", now_s=time.monotonic())
+                wait_until(lambda: not srv.state()["driver"]["activating"], 15, "the activation over")
         finally:
             srv.stop()
     print(f"  HTTP e-stop, a poll's answer held → stop on the wire {summary_ms(held)}")
     print(f"    runtime: request latched → halt() returned         {summary_ms(held_rt)}")
+    print(f"  HTTP e-stop while a start enables the drives (answers held) → stop {summary_ms(activating)}")
     print(f"  drives silent → stop on the wire (sensor_stale_s 0.5) {summary_ms(silent)}")
 
 
