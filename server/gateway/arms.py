@@ -85,7 +85,7 @@ async def arm_command(app: web.Application, name: str, body: dict[str, Any], sou
     desc = _description(app)
     refuse_foreign(desc, name)
     limits = desc["limits"]
-    sp = convert({k: v for k, v in body.items() if k != "ttl_s"}, ARM_COMMANDS[name], also_allowed=envelope)
+    sp = convert(body, ARM_COMMANDS[name], also_allowed=(*envelope, "ttl_s"))
     ttl_s = number(body, "ttl_s", 0.001, limits["ttl_max_s"], required=False)
     sp.check(limits)
     params: dict[str, Any] = {"setpoint": msgspec.to_builtins(sp), "source": source}
@@ -107,9 +107,10 @@ async def zero_speed(app: web.Application, body: dict[str, Any], source: str,
 
 
 # ---------------------------------------------------------------------- trajectories
-def parse_trajectory_body(raw: bytes, csv: bool) -> tuple[str, Any]:
-    """``("series", {"series", "amplitude"})`` or ``("columns", {"t_s": [...], ...})`` from a request body;
-    runs in a worker thread (a big body takes tens of milliseconds to decode and check)."""
+def parse_trajectory_body(raw: bytes, csv: bool, wrapped: bool = True) -> tuple[str, Any]:
+    """``("series", {"series", "amplitude"})`` or ``("columns", {"t_s": [...], ...})`` from a request body (the
+    columns under ``"trajectory"`` when ``wrapped``, else the body itself); runs in a worker thread (a big body
+    takes tens of milliseconds to decode and check)."""
     if csv:
         try:
             text = raw.decode("utf-8")
@@ -127,6 +128,8 @@ def parse_trajectory_body(raw: bytes, csv: bool) -> tuple[str, Any]:
             raise ValidationError("series must be a string", code="wrong_type")
         amplitude = number(body, "amplitude", -10.0, 10.0, required=False)
         return "series", {"series": body["series"], "amplitude": amplitude}
+    if not wrapped:
+        body = {"trajectory": body}
     reject_unknown(body, ("trajectory",))
     columns = body.get("trajectory")
     if not isinstance(columns, dict):
@@ -255,7 +258,7 @@ async def post_program(request: web.Request) -> web.Response:
                 raise ValidationError("series must be a string", code="wrong_type")
             params = {"series": body["series"], "step_s": number(body, "step_s", 0.01, 60.0, required=False) or 0.5}
         else:
-            kind, data = await asyncio.to_thread(parse_trajectory_body, raw, False)
+            kind, data = await asyncio.to_thread(parse_trajectory_body, raw, False, False)
             params = {"columns": data}
     result = await _runtime(app).request("program", params)
     if request.query.get("format") == "json":
