@@ -97,6 +97,7 @@ export function createTrajectory({ root }) {
       + (sat.events && sat.events.length ? `, ${sat.events.length} saturation change(s)` : ""));
     root.querySelector("#trajectory-plot").src = `/api/trajectory/report.svg?t=${Date.now()}`;
     reportBox.hidden = false;
+    say(`${rep.label}: ${rep.outcome}`, rep.outcome === "finished" ? "ok" : "error");
     if (program) program.dataset.label = rep.label;
   }
 
