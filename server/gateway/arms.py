@@ -30,9 +30,9 @@ import msgspec
 import numpy as np
 from aiohttp import web
 
-from robotics.trajectory import Trajectory
+from robotics.trajectory import MAX_AXES, MAX_POINTS, Trajectory
 from server.errors import ConflictError, MalformedError, RuntimeDownError, ValidationError
-from server.gateway.http import read_raw_body
+from server.gateway.http import BODY_TIMEOUT
 from server.gateway.reports.svg import line_plot
 from server.runtime_api import ARM_COMMANDS, PROFILE_COMMANDS, Hold
 from server.validation import convert, number, parse_object, reject_unknown
@@ -107,27 +107,58 @@ async def zero_speed(app: web.Application, body: dict[str, Any], source: str,
 
 
 # ---------------------------------------------------------------------- trajectories
-def parse_trajectory_body(raw: bytes, csv: bool, wrapped: bool = True) -> tuple[str, Any]:
-    """``("series", {"series", "amplitude"})`` or ``("columns", {"t_s": [...], ...})`` from a request body (the
+#: line breaks str.splitlines() honours (a CSV of them would be that many rows)
+_LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+#: most numbers a body may hold (every row of the longest trajectory, every column)
+MAX_NUMBERS = (MAX_POINTS + 1) * (MAX_AXES + 1)
+
+
+def check_counts(text: str) -> None:
+    r"""Refuse a body with more rows or numbers than any trajectory has, before it is decoded: a 16 MiB
+    body of ``0,0,0…`` or of empty lines would otherwise become millions of Python objects.
+
+    >>> check_counts("t_s,x_m\n" + "0,0\n" * 3)
+    >>> check_counts("\n" * 300_000)
+    Traceback (most recent call last):
+    ...
+    server.errors.ValidationError: body has 300000 lines; a trajectory has at most 100000 points
+    """
+    lines = sum(text.count(c) for c in _LINE_BREAKS)
+    if lines > 2 * MAX_POINTS + 64:  # CR LF counts twice
+        raise ValidationError(f"body has {lines} lines; a trajectory has at most {MAX_POINTS} points",
+                              code="out_of_limits")
+    if text.count(",") > MAX_NUMBERS:
+        raise ValidationError(f"body has more than {MAX_NUMBERS} numbers; a trajectory has at most {MAX_POINTS} "
+                              f"points of {MAX_AXES} axes", code="out_of_limits")
+
+
+def parse_trajectory_body(raw: bytes, csv: bool, wrapped: bool = True,
+                          series_keys: tuple[str, ...] = ("series", "amplitude")) -> tuple[str, Any]:
+    """``("series", {"series", <series_keys>})`` or ``("columns", {"t_s": [...], ...})`` from a request body (the
     columns under ``"trajectory"`` when ``wrapped``, else the body itself); runs in a worker thread (a big body
     takes tens of milliseconds to decode and check)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise MalformedError(f"body is not UTF-8: {err}") from None
+    check_counts(text)
     if csv:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise MalformedError(f"CSV body is not UTF-8: {err}") from None
         try:
             tr = Trajectory.from_csv(text)
         except ValueError as err:
             raise ValidationError(f"trajectory: {err}", code="invalid") from None
         return "columns", tr.to_json()
-    body = parse_object(raw, max_bytes=MAX_TRAJECTORY_BYTES)
+    body = parse_object(text, max_bytes=MAX_TRAJECTORY_BYTES)
     if "series" in body:
-        reject_unknown(body, ("series", "amplitude"))
+        reject_unknown(body, series_keys)
         if not isinstance(body["series"], str):
             raise ValidationError("series must be a string", code="wrong_type")
-        amplitude = number(body, "amplitude", -10.0, 10.0, required=False)
-        return "series", {"series": body["series"], "amplitude": amplitude}
+        out = {"series": body["series"]}
+        if "amplitude" in series_keys:
+            out["amplitude"] = number(body, "amplitude", -10.0, 10.0, required=False)
+        if "step_s" in series_keys:
+            out["step_s"] = number(body, "step_s", 0.01, 60.0, required=False) or 0.5
+        return "series", out
     if not wrapped:
         body = {"trajectory": body}
     reject_unknown(body, ("trajectory",))
@@ -150,14 +181,24 @@ def parts_of(columns: dict[str, list[float]]) -> list[dict[str, list[float]]]:
 
 
 async def _read_big_body(request: web.Request) -> tuple[bytes, bool]:
+    """The whole body (up to :data:`MAX_TRAJECTORY_BYTES`) and whether it is CSV. A body this big arrives in many
+    chunks: read until the end, within ``server.body_timeout_s``."""
     if request.content_length is not None and request.content_length > MAX_TRAJECTORY_BYTES:
         raise MalformedError(f"body of {request.content_length} bytes is over the {MAX_TRAJECTORY_BYTES}-byte limit",
                              code="too_large", status=413)
-    raw = await read_raw_body(request, MAX_TRAJECTORY_BYTES)
-    if len(raw) > MAX_TRAJECTORY_BYTES:
-        raise MalformedError(f"body is over the {MAX_TRAJECTORY_BYTES}-byte limit", code="too_large", status=413)
-    csv = request.content_type in ("text/csv", "text/plain")
-    return raw, csv
+    timeout_s = request.app.get(BODY_TIMEOUT, 5.0)
+    chunks, size = [], 0
+    try:
+        async with asyncio.timeout(timeout_s):
+            while chunk := await request.content.read(256 * 1024):
+                size += len(chunk)
+                if size > MAX_TRAJECTORY_BYTES:
+                    raise MalformedError(f"body is over the {MAX_TRAJECTORY_BYTES}-byte limit", code="too_large",
+                                         status=413)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise MalformedError(f"the body did not arrive within {timeout_s:g} s", code="timeout", status=408) from None
+    return b"".join(chunks), request.content_type in ("text/csv", "text/plain")
 
 
 UPLOAD_LOCK = web.AppKey("trajectory_upload_lock", asyncio.Lock)
@@ -247,19 +288,8 @@ async def post_program(request: web.Request) -> web.Response:
     app = request.app
     _description(app)
     raw, csv = await _read_big_body(request)
-    if csv:
-        kind, data = await asyncio.to_thread(parse_trajectory_body, raw, True)
-        params: dict[str, Any] = {"columns": data}
-    else:
-        body = parse_object(raw, max_bytes=MAX_TRAJECTORY_BYTES)
-        if "series" in body:
-            reject_unknown(body, ("series", "step_s"))
-            if not isinstance(body["series"], str):
-                raise ValidationError("series must be a string", code="wrong_type")
-            params = {"series": body["series"], "step_s": number(body, "step_s", 0.01, 60.0, required=False) or 0.5}
-        else:
-            kind, data = await asyncio.to_thread(parse_trajectory_body, raw, False, False)
-            params = {"columns": data}
+    kind, data = await asyncio.to_thread(parse_trajectory_body, raw, csv, False, ("series", "step_s"))
+    params = data if kind == "series" else {"columns": data}
     result = await _runtime(app).request("program", params)
     if request.query.get("format") == "json":
         return web.json_response(result)

@@ -147,8 +147,9 @@ def test_scara_description_and_scheme(scara) -> None:
 
 def test_scara_program_route_gives_the_faulhaber_sequence_line_by_line(scara) -> None:
     # direct drives (the simulator's arm): node 1 and 2, 2048 increments a turn, the arm's limits
-    # setup: SP = rpm of max speed (2 rad/s → 19, 3 rad/s → 29), AC = DEC = round(a / 2π) rev/s² (10 → 2, 15 → 2)
-    # segment 0 → 1 s, q1 0 → 0.5 rad: a = 2 rev/s² = 4π rad/s², v = (a·T − sqrt(a²T² − 4·a·d)) / 2 = 0.5216 rad/s
+    # setup: SP = rpm of max speed (2 rad/s → 19, 3 rad/s → 29), AC = DEC = round(a / 2π) rev/s²
+    # (10 → 2, 15 → 2); segment 0 → 1 s, q1 0 → 0.5 rad: a = 2 rev/s² = 4π rad/s²,
+    # v = (a·T − sqrt(a²T² − 4·a·d)) / 2 = 0.5216 rad/s
     #   → ceil(4.98 rpm) = 5; LA = round(0.5 / 2π · 2048) = 163; q2 0 → 0.2 rad: v = 0.2031 rad/s → 2 rpm, LA 65
     body = {"t_s": [0.0, 1.0], "q1_rad": [0.0, 0.5], "q2_rad": [0.0, 0.2]}
     status, text = scara.post("/api/program", body)

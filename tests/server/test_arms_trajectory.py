@@ -53,7 +53,8 @@ def test_the_six_paper_series_run_in_the_simulator_with_their_reports(server_fac
         assert report["samples"] >= 250 and report["dropped"] == 0  # 10 s in 40 ms steps, and the settling
         series = stewart_series(name, [home["x_m"], home["y_m"], home["z_m"]], [0.0, 0.0, 0.0])
         t = np.asarray(report["series"]["t_s"])
-        for axis in series.axes:  # what was commanded is the series
+        assert list(report["series"]["commanded"]) == MOVING[name]  # the plot's series: the moving axes
+        for axis in MOVING[name]:  # what was commanded is the series
             assert report["series"]["commanded"][axis] == pytest.approx(
                 np.interp(np.minimum(t, series.times_s[-1]), series.times_s, series.column(axis)), abs=1e-6)
         for axis, d in report["deviation"].items():
@@ -86,7 +87,8 @@ def test_arm_uploads_in_json_and_csv_cancel_and_the_report_plot(server_factory) 
     assert root.tag.endswith("svg") and svg.count(b"<polyline") >= 4 and b"RMS deviation" in svg
     # a long run, cancelled halfway
     assert srv.post("/api/trajectory", {"series": "scara_demo"})[0] == 200
-    wait_until(lambda: srv.get("/api/trajectory")[1]["run"]["phase"] == "run", message="the run phase")
+    wait_until(lambda: (r := srv.get("/api/trajectory")[1]["run"])["phase"] == "run" and r["progress"] > 0.1,
+               message="a tenth of the run")
     assert srv.state()["behavior"]["name"] == "trajectory"
     status, reply = srv.get("/api/trajectory/report")
     assert (status, reply["error"]["code"]) == (409, "trajectory_running")
@@ -95,6 +97,14 @@ def test_arm_uploads_in_json_and_csv_cancel_and_the_report_plot(server_factory) 
     assert report["outcome"] == "cancelled: cancelled by the operator" and report["samples"] > 0
     status, reply = srv.post("/api/trajectory/cancel", {})
     assert (status, reply["error"]["code"]) == (409, "conflict")
+    # a long upload (1.3 MB of CSV: many TCP segments, and 100-odd parts to the runtime) arrives whole
+    long = scara_demo(points=30_000, dt_s=0.001)
+    rows = zip(long.times_s.tolist(), long.values.tolist())
+    text = "t_s,q1_rad,q2_rad\n" + "".join(f"{t},{a},{b}\n" for t, (a, b) in rows)
+    status, reply = srv.request("POST", "/api/trajectory", raw=text.encode(), headers={"content-type": "text/csv"})
+    assert status == 200 and reply["trajectory"]["points"] == 30_000, reply
+    assert reply["trajectory"]["duration_s"] == pytest.approx(29.999)
+    assert srv.post("/api/trajectory/cancel", {})[0] == 200
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +140,9 @@ BAD_UPLOADS = [
     (b"t_s,q1_rad\n0,0\n", "text/csv", 422, "invalid"),
     (b"\xff\xfe garbage", "text/csv", 400, "malformed"),
     (b"not json", "application/json", 400, "malformed"),
+    # counted before they are decoded: millions of objects out of a few megabytes
+    (b"t_s,q1_rad,q2_rad\n" + b"\n" * 300_000, "text/csv", 422, "out_of_limits"),
+    (b'{"trajectory": {"t_s": [' + b"0," * 2_000_000 + b'0]}}', "application/json", 422, "out_of_limits"),
 ]
 
 

@@ -16,7 +16,8 @@ tick and the position measured now — what the robot did with that command (the
 paper compares them in, seeds/003) — and which legs the controller saturated. The report
 (:meth:`TrajectoryRun.report`) gives per axis the mean, mean |d|, RMS and max |d| of
 ``achieved − commanded`` (:func:`robotics.tracking.deviation_by_axis`; angles compared
-unwrapped), the saturation events, and both series reduced to ``max_points`` for a plot.
+unwrapped), the saturation events, and the moving axes' series reduced to ``max_points`` (fewer when
+the reply would not fit a runtime frame) for a plot.
 At most :data:`MAX_RECORD` ticks are kept: a longer run records every k-th tick.
 
 :class:`TrajectoryMethods` is the runtime API's side (``trajectory_upload``,
@@ -31,14 +32,17 @@ from typing import Any, Callable
 import numpy as np
 
 from robotics.tracking import deviation_by_axis
-from robotics.trajectory import MAX_POINTS, Trajectory
+from robotics.trajectory import MAX_AXES, MAX_POINTS, Trajectory
 from server.errors import ConflictError, NotFoundError, ValidationError
+from server.protocol import dumps
 from server.runtime_api import Empty, ProgramParams, ReportParams, TrajectoryRunParams, TrajectoryUploadParams
 
 #: most ticks a run records (a longer run records every k-th tick)
 MAX_RECORD = 100_000
 #: most saturation events a report lists (the counts cover them all)
-MAX_SATURATION_EVENTS = 200
+MAX_SATURATION_EVENTS = 30
+#: a report's size at most, bytes of JSON: a runtime reply is one frame header (64 KiB)
+MAX_REPLY_BYTES = 60_000
 
 
 class TrajectoryRun:
@@ -111,8 +115,9 @@ class TrajectoryRun:
             self.saturation_changes += 1
             if len(self.saturation_events) < MAX_SATURATION_EVENTS:
                 report = getattr(self.controller, "saturation", None)
-                self.saturation_events.append({"t_s": round(self.t, 6), "legs": list(legs),
-                                               "report": report.to_json() if report is not None and legs else []})
+                self.saturation_events.append({"t_s": round(self.t, 6), "legs": list(legs), "report": [
+                    {k: round(v, 6) for k, v in leg.items()} for leg in report.to_json()]
+                    if report is not None and legs else []})
             self._legs = legs
         if self._last is None:
             return
@@ -166,11 +171,17 @@ class TrajectoryRun:
                 "saturation": {"samples": self.saturated_samples, "events": self.saturation_events,
                                "events_dropped": self.saturation_changes - len(self.saturation_events)},
             }
-        idx = np.unique(np.linspace(0, n - 1, min(n, max_points)).round().astype(int)) if n else np.zeros(0, int)
-        series = {"t_s": np.round(t[idx], 6).tolist(),
-                  "commanded": {ax: np.round(c[idx, j], 7).tolist() for j, ax in enumerate(self.axes)},
-                  "achieved": {ax: np.round(a[idx, j], 7).tolist() for j, ax in enumerate(self.axes)}}
-        return {**self._report, "series": series}
+        shown = [self.axes.index(ax) for ax in self._report["moving_axes"]] or list(range(len(self.axes)))
+        points = min(n, max_points)
+        while True:  # the reply travels in one runtime frame: thin the series until it fits
+            idx = np.unique(np.linspace(0, n - 1, points).round().astype(int)) if n else np.zeros(0, int)
+            series = {"t_s": np.round(t[idx], 6).tolist(),
+                      "commanded": {self.axes[j]: np.round(c[idx, j], 7).tolist() for j in shown},
+                      "achieved": {self.axes[j]: np.round(a[idx, j], 7).tolist() for j in shown}}
+            report = {**self._report, "series": series}
+            if points <= 2 or len(dumps(report)) <= MAX_REPLY_BYTES:
+                return report
+            points //= 2
 
 
 class TrajectoryMethods:
@@ -209,6 +220,8 @@ class TrajectoryMethods:
             raise ValidationError(f"upload {p.upload!r} part {p.part} out of order (expected part {self._parts} of "
                                   f"{self._upload_id!r}); start again at part 0", code="invalid")
         names = list(p.columns)
+        if len(names) > MAX_AXES + 1:
+            raise ValidationError(f"a trajectory has at most {MAX_AXES} axes besides t_s", code="out_of_limits")
         if self._columns and names != list(self._columns):
             raise ValidationError("every part of an upload must have the same columns", code="invalid")
         rows = len(next(iter(p.columns.values()), []))

@@ -88,6 +88,7 @@ class ScaraRobot(Table, tag_field="profile", tag="scara"):
         for j in range(2):
             if self.q_max_deg[j] - self.q_min_deg[j] <= 2 * self.limit_margin_deg:
                 raise ValueError(f"q{j + 1}: q_max_deg must exceed q_min_deg by more than twice limit_margin_deg")
+        load_description(self.description)  # a bad document stops start-up here, naming the file and the line
 
 
 def load_description(path_text: str) -> Any:

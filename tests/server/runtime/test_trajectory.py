@@ -144,6 +144,10 @@ def test_fail__uploads_out_of_order_or_too_long() -> None:
         m.upload(TrajectoryUploadParams(upload="u1", part=1, columns={"t_s": [2.0], "q1_rad": [0.1]}))
     with pytest.raises(NotFoundError):
         m.start(TrajectoryRunParams(upload="other"))
+    wide = {"t_s": [0.0], **{f"a{i}": [0.0] for i in range(17)}}  # bounded in columns as well as rows
+    with pytest.raises(ValidationError, match="at most 16 axes") as err:
+        m.upload(TrajectoryUploadParams(upload="wide", part=0, columns=wide))
+    assert err.value.code == "out_of_limits"
     big = {"t_s": [0.0] * (MAX_POINTS // 2 + 1), "q1_rad": [0.0] * (MAX_POINTS // 2 + 1)}
     m.upload(TrajectoryUploadParams(upload="big", part=0, columns=big))
     with pytest.raises(ValidationError, match=f"at most {MAX_POINTS} points") as err:
