@@ -191,3 +191,19 @@ def test_fail__platform_samples_out_of_the_stroke_and_the_rover_has_no_trajector
         with pytest.raises(ConflictError) as err:
             call()
         assert err.value.code == "unavailable" and "rover" in err.value.message
+
+
+def test_a_report_fits_one_runtime_frame_whatever_it_is_asked_for() -> None:
+    from server.protocol import dumps
+
+    t, m = started(STEWART)
+    times = np.arange(0.0, 8.0, 0.01)
+    wave = 0.01 * np.sin(times)
+    cols = {"t_s": times.tolist(), "x_m": wave.tolist(), "y_m": wave.tolist(), "z_m": (0.5 + wave).tolist(),
+            "roll_rad": wave.tolist(), "pitch_rad": wave.tolist(), "yaw_rad": wave.tolist()}  # every axis moves
+    upload(m, cols, parts=4)
+    m.start(TrajectoryRunParams(upload="u1"))
+    run_to_end(t, m)
+    rep = m.report(ReportParams(max_points=2000))
+    assert len(rep["moving_axes"]) == 6 and rep["samples"] > 800
+    assert len(dumps(rep)) <= 60_000 and 100 < len(rep["series"]["t_s"]) < rep["samples"]
