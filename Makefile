@@ -3,13 +3,17 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-CONFIG ?= config/rover-sim.toml
+# PROFILE=scara → config/scara-sim.toml; PROFILE=stewart → config/stewart-sim.toml; a name with a dash is the
+# file itself (PROFILE=scara-faulhaber → config/scara-faulhaber.toml); CONFIG=FILE overrides both
+PROFILE ?= rover
+CONFIG ?= config/$(PROFILE)$(if $(findstring -,$(PROFILE)),,-sim).toml
 ARGS   ?=
 
 .PHONY: run test bench browser lint clean help emulate
 
 help:
 	@echo "make run    - set up .venv and start the server on the simulator (http://127.0.0.1:8080)"
+	@echo "             PROFILE=scara | stewart | scara-faulhaber for an arm or a platform (default rover)"
 	@echo "make test   - set up .venv and Chromium, run every test and the layer contracts"
 	@echo "make bench  - run the benchmarks and print the figures"
 	@echo "make emulate - the server on an emulated Firmata board (EMULATOR=faulhaber_ascii: FAULHABER drives)"

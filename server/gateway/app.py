@@ -24,17 +24,18 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from server import commands
 from server.config import REPO_ROOT, Profile
 from server.errors import ApiError, MalformedError, RuntimeDownError, ValidationError
+from server.gateway.arms import arm_command, commands_for, setup_arms, zero_speed
 from server.gateway.connections import ConnectionGuard
 from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import BODY_TIMEOUT, error_middleware, json_response, read_body, read_raw_body
 from server.gateway.navigation import setup_navigation
 from server.gateway.ratelimit import BucketRegistry
-from server.gateway.robot_svg import rover_svg
+from server.gateway.robot_svg import robot_svg
 from server.gateway.runtime_client import DOWN_MESSAGE, RuntimeClient
 from server.gateway.telemetry import TelemetryClient, TelemetryHub, dumps
 from server.gateway.video import VideoService, camera_factory, setup_video
 from server.protocol import dumps as dumps_bytes
-from server.runtime_api import AcquisitionParams
+from server.runtime_api import ARM_COMMANDS, AcquisitionParams
 from server.validation import MAX_BODY_BYTES, convert, number, parse_object, reject_unknown
 
 log = logging.getLogger(__name__)
@@ -97,21 +98,27 @@ def state_text(app: web.Application) -> bytes:
 # ---------------------------------------------------------------------- commands
 async def run_command(app: web.Application, name: str, body: dict[str, Any], source: str,
                       envelope: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Validate at the edge, then ask the runtime (which checks again). Returns its result."""
+    """Validate at the edge, then ask the runtime (which checks again). Returns its result. The motion
+    commands are the robot's profile's own (:mod:`server.gateway.arms`)."""
     rt = app[RUNTIME]
-    if name == "speed":
-        desc = rt.description
-        if desc is None:
-            raise RuntimeDownError(DOWN_MESSAGE)
-        speed = commands.parse_speed(body, desc["limits"], envelope)
-        params: dict[str, Any] = {"setpoint": {"linear": speed.linear, "angular": speed.angular}, "source": source}
-        if speed.ttl_s is not None:
-            params["ttl_s"] = speed.ttl_s
-        return await rt.request("setpoint", params)
     if name in ("start", "stop", "reset", "heartbeat"):
         commands.parse_bare(body, envelope)
         return await rt.request(name)
-    raise ValidationError(f"unknown command {name!r}; known: {', '.join(commands.COMMANDS)}", code="unknown_command")
+    desc = rt.description
+    if name != "speed" and name not in ARM_COMMANDS:
+        known = commands_for(desc.get("profile", "rover")) if desc else commands.COMMANDS
+        raise ValidationError(f"unknown command {name!r}; known: {', '.join(known)}", code="unknown_command")
+    if desc is None:
+        raise RuntimeDownError(DOWN_MESSAGE)
+    if name != "speed":
+        return await arm_command(app, name, body, source, envelope)
+    if desc.get("profile", "rover") != "rover":
+        return await zero_speed(app, body, source, envelope)
+    speed = commands.parse_speed(body, desc["limits"], envelope)
+    params: dict[str, Any] = {"setpoint": {"linear": speed.linear, "angular": speed.angular}, "source": source}
+    if speed.ttl_s is not None:
+        params["ttl_s"] = speed.ttl_s
+    return await rt.request("setpoint", params)
 
 
 def record_command(request: web.Request, name: str, body: Any, source: str, result: dict[str, Any] | None = None,
@@ -184,7 +191,7 @@ async def get_robot_svg(request: web.Request) -> web.Response:
     desc = robot_description(request.app)
     if desc is None:
         raise RuntimeDownError(DOWN_MESSAGE)
-    return web.Response(text=rover_svg(desc), content_type="image/svg+xml")
+    return web.Response(text=robot_svg(desc), content_type="image/svg+xml")
 
 
 async def get_events(request: web.Request) -> web.Response:
@@ -463,6 +470,7 @@ def create_app(profile: Profile, runtime: RuntimeClient) -> web.Application:
     r.add_get("/api/telemetry", get_telemetry_stats)
     r.add_get("/ws/telemetry", telemetry_ws)
     setup_navigation(app, RUNTIME)
+    setup_arms(app)
     if profile.debug.routes:
         r.add_post("/api/debug/block", debug_block)
         r.add_post("/api/debug/driver", debug_driver)

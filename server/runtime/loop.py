@@ -298,6 +298,8 @@ class ControlLoop:
         self.stages: list[Stage] = []
         self.behavior: Behavior | None = None
         self.setpoint = controller.zero()
+        # a controller may have events of its own (a platform saturating its legs): logged after its update
+        self._controller_events: Callable[[], list] | None = getattr(controller, "take_events", None)
         self.setpoint_source: str | None = None  # "http", "websocket" or a behaviour's name
         self.seq = 0
         self.derived_sources: dict[str, tuple[str, ...]] = {}  # rule channels made by stages → their inputs
@@ -436,6 +438,9 @@ class ControlLoop:
                 elif sup.state is not State.RUNNING:
                     self._end_behavior(now, f"robot {sup.state.value}")
             command = ctrl.update(dt, mode, self.setpoint)
+            if self._controller_events is not None:
+                for trigger, message, kind, ev_values in self._controller_events():
+                    self.emit(trigger, message, kind, ev_values)
             self._apply_outputs(now, mode, command, values is not None)
             if sup.state is not State.RUNNING and self.setpoint_source is not None:
                 self._set_setpoint(ctrl.zero(), None)

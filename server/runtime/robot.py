@@ -1,8 +1,10 @@
 """Assemble the robot a profile describes: driver, supervisor, controller, stages, behaviours.
 
-``[robot] profile`` picks the controller (``rover`` now; ``scara`` and ``stewart`` plug in
-here the same way); the driver builds itself from ``[driver]`` (``Driver.from_config``), so
-nothing here knows a driver by name.
+``[robot] profile`` picks the controller (``rover``, ``scara``, ``stewart``: each controller's
+module owns its ``[robot]`` struct); the driver builds itself from ``[driver]``
+(``Driver.from_config``), so nothing here knows a driver by name. The rover alone has the
+estimators and the navigation behaviours; an arm or a platform adds its joint or leg limits
+to the supervisor's rules (``controller.limit_rules``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
+import msgspec
 from msgspec import Meta
 
 from drivers.base import Driver
@@ -19,6 +22,8 @@ from server.config import ConfigError, Profile, Table
 from server.runtime.calibration import Calibrations
 from server.runtime.controllers.base import Controller
 from server.runtime.controllers.rover import RoverController
+from server.runtime.controllers.scara import ScaraController, ScaraRobot
+from server.runtime.controllers.stewart import StewartController, StewartRobot
 from server.runtime.estimation import EstimationStage, build_estimation
 from server.runtime.loop import ControlLoop, GcPolicy
 from server.runtime.reconnect import Activator, Reconnector
@@ -43,7 +48,7 @@ class RobotConfig:
     """``[robot]``: one struct per profile, chosen by its ``profile`` key (default ``rover``);
     msgspec converts the table to the matching struct (a tagged union)."""
 
-    struct_type = RoverRobot
+    struct_type = RoverRobot | ScaraRobot | StewartRobot
 
     @staticmethod
     def prepare(table: dict[str, Any]) -> dict[str, Any]:
@@ -68,8 +73,11 @@ class Robot:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         self.driver = build_driver(profile)
-        self.supervisor = Supervisor(profile.safety, profile.loop.max_consecutive_overruns, profile.loop.max_stall_s)
         self.controller: Controller = self._controller()
+        limit_rules = getattr(self.controller, "limit_rules", None)
+        self.safety = profile.safety if limit_rules is None else msgspec.structs.replace(
+            profile.safety, rules=[*profile.safety.rules, *limit_rules({c.name for c in self.driver.channels()})])
+        self.supervisor = Supervisor(self.safety, profile.loop.max_consecutive_overruns, profile.loop.max_stall_s)
         loop_cfg = profile.loop
         self.loop = ControlLoop(
             self.driver, self.supervisor, self.controller,
@@ -81,14 +89,15 @@ class Robot:
         # device drivers: reopen on a fault, and activate off the tick (server/runtime/reconnect.py)
         self.loop.reconnector = Reconnector.for_driver(self.driver, self.loop)
         self.loop.activator = Activator.for_driver(self.driver)
-        self.stage: EstimationStage | None = build_estimation(profile, self.driver)
+        self.stage: EstimationStage | None = \
+            build_estimation(profile, self.driver) if self.controller.profile == "rover" else None
         if self.stage is not None:
             self.loop.stages.append(self.stage)
         driver_channels = {c.name for c in self.driver.channels()}
-        for rule in profile.safety.rules:  # a rule on a derived channel is as fresh as the stage's inputs
+        for rule in self.safety.rules:  # a rule on a derived channel is as fresh as the stage's inputs
             if rule.channel not in driver_channels and self.stage is not None:
                 self.loop.derived_sources[rule.channel] = tuple(sorted(self.stage.sources([rule.channel])))
-        unknown = sorted({r.channel for r in profile.safety.rules} - driver_channels - set(self._derived_channels()))
+        unknown = sorted({r.channel for r in self.safety.rules} - driver_channels - set(self._derived_channels()))
         if unknown:
             raise ConfigError(f"{profile.source}: 'safety.rules' name channel(s) the robot does not have: "
                               f"{', '.join(unknown)}")
@@ -96,6 +105,10 @@ class Robot:
 
     def _controller(self) -> Controller:
         robot = self.profile.robot
+        if robot.profile == "scara":
+            return ScaraController.from_profile(self.profile, self.driver)
+        if robot.profile == "stewart":
+            return StewartController.from_profile(self.profile, self.driver)
         wheel_limit = min(hi for lo, hi in self.driver.actuators().values())
         return RoverController(self.profile.limits, robot.wheel_radius_m, robot.track_m, wheel_limit)
 
@@ -109,7 +122,7 @@ class Robot:
     def rule_sources(self) -> dict[str, list[str]]:
         """Driver channel → the safety rules that need it acquired (derived channels map to their inputs)."""
         needed: dict[str, list[str]] = {}
-        for rule in self.profile.safety.rules:
+        for rule in self.safety.rules:
             sources = self.stage.sources([rule.channel]) if self.stage is not None else {rule.channel}
             for ch in sources:
                 needed.setdefault(ch, []).append(rule.name)
@@ -127,10 +140,11 @@ class Robot:
             **self.controller.describe(),
             "safety": {"command_timeout_s": p.safety.command_timeout_s,
                        "sensor_stale_s": p.safety.sensor_stale_s,
-                       "rules": [_rule_json(r) for r in p.safety.rules]},
+                       "rules": [_rule_json(r) for r in self.safety.rules]},
             "telemetry_rate_hz": p.telemetry.rate_hz,
             "loop_rate_hz": p.loop.rate_hz,
-            "uwb": {"anchors": p.uwb.anchors, "tag_height_m": p.uwb.tag_height_m},
+            **({"uwb": {"anchors": p.uwb.anchors, "tag_height_m": p.uwb.tag_height_m}}
+               if self.controller.profile == "rover" else {}),
             **self.driver.describe(),
         }
 
@@ -140,4 +154,4 @@ def _rule_json(rule: Any) -> dict[str, Any]:
             "when": rule.when, "category": rule.category, "message": rule.message}
 
 
-__all__ = ["Robot", "RobotConfig", "RoverRobot", "build_driver"]
+__all__ = ["Robot", "RobotConfig", "RoverRobot", "ScaraRobot", "StewartRobot", "build_driver"]

@@ -22,9 +22,11 @@ from drivers.errors import AcquisitionError, DriverError
 from server import protocol
 from server.commands import MAX_REASON
 from server.errors import ApiError, ConflictError, NotFoundError, ValidationError
+from server.runtime.behaviours.trajectory import TrajectoryMethods
 from server.runtime.robot import Robot
 from server.runtime_api import (AcquisitionParams, DebugParams, Empty, EstopParams, EventsParams, HeadingParams,
-                                MagParams, PingParams, SetpointParams, SubscribeParams, UwbParams)
+                                MagParams, PingParams, SetpointParams, SubscribeParams, UwbParams,
+                                setpoint_from)
 from server.runtime.supervisor import Event, Refused
 from server.validation import check_range, convert
 
@@ -38,7 +40,7 @@ MAX_PAIRS = 2000
 #: methods after which no snapshot needs to go out before the reply (they change nothing, or only the
 #: link's age: a heartbeat at 50 Hz must not double the snapshot rate)
 NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat",
-              "loop_stats"}
+              "loop_stats", "trajectory_upload", "trajectory", "trajectory_report", "program"}
 
 
 def _prepare_socket_path(path: Path) -> None:
@@ -113,6 +115,8 @@ class RuntimeService:
             "loop_stats": (Empty, lambda p: self.loop.stats.histogram()),
             "ping": (PingParams, lambda p: {"t": p.t, "runtime_t": time.time(), "monotonic": time.monotonic()}),
         }
+        self.trajectories = TrajectoryMethods(robot)  # arms and platforms (docs/arms.md)
+        self.methods.update(self.trajectories.methods())
         if debug:
             self.methods["debug_driver"] = (DebugParams, self._debug_driver)
 
@@ -241,7 +245,7 @@ class RuntimeService:
 
     def _setpoint(self, p: SetpointParams) -> dict[str, Any]:
         ctrl = self.loop.controller
-        sp = convert(p.setpoint, ctrl.setpoint_type)
+        sp = setpoint_from(p.setpoint, ctrl.setpoint_type)
         if p.ttl_s is not None:
             check_range("ttl_s", p.ttl_s, 0.001, self.robot.profile.limits.ttl_max_s)
         if p.source not in ("http", "websocket", "console"):

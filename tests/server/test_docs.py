@@ -17,13 +17,14 @@ REPO = Path(__file__).resolve().parents[2]
 def leaf_keys(cls: type, prefix: str = "") -> list[str]:
     out = []
     cls = getattr(cls, "struct_type", cls)
-    for f in msgspec.structs.fields(cls):
-        key = f"{prefix}{f.encode_name}"
-        out.append(key)
-        for arg in typing.get_args(f.type) or (f.type,):  # list[Rule] → Rule's keys too
-            if isinstance(arg, type) and issubclass(arg, msgspec.Struct):
-                out += leaf_keys(arg, key + ".")
-    return out
+    for member in typing.get_args(cls) or (cls,):  # a tagged union ([robot]): every member's keys
+        for f in msgspec.structs.fields(member):
+            key = f"{prefix}{f.encode_name}"
+            out.append(key)
+            for arg in typing.get_args(f.type) or (f.type,):  # list[Rule] → Rule's keys too
+                if isinstance(arg, type) and issubclass(arg, msgspec.Struct):
+                    out += leaf_keys(arg, key + ".")
+    return list(dict.fromkeys(out))
 
 
 def test_the_key_scan_finds_nested_keys() -> None:

@@ -1,0 +1,142 @@
+"""The arm and platform dashboards in real Chromium against the real server (issue 13 item 9): the live scheme
+renders and its bodies move when the telemetry changes (transform attributes only, the same strings the server
+computes), panels chosen by profile, click-to-move in the SCARA workspace, the joint sliders, the platform's pose
+panel, and the trajectory runner with its report. Every wait has a deadline; screenshots go to test-output/."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from robotics.description import body_transform, parse
+from server.gateway.robot_svg import stewart_transforms
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.e2e
+
+LONG_LINK = {"safety": {"command_timeout_s": 60.0}}
+
+TRANSFORMS = """sel => [...document.querySelectorAll(sel)].map(e => [e.id, e.getAttribute('transform')])"""
+# the scheme's markup with every transform taken out: what must never change
+SHAPE = """() => document.querySelector('#scheme-panel svg').outerHTML.replace(/ transform="[^"]*"/g, '')"""
+
+
+def wait_transform(dash, element_id: str, value: str, timeout_s: float = 15.0) -> None:
+    dash.page.wait_for_function(
+        "([id, v]) => { const e = document.getElementById(id); return e && e.getAttribute('transform') === v; }",
+        arg=[element_id, value], timeout=timeout_s * 1000)
+
+
+def test_scara_scheme_follows_the_joints_and_only_its_transforms_change(server_factory, open_dashboard) -> None:
+    srv = server_factory(LONG_LINK, config="config/scara-sim.toml")
+    dash = open_dashboard(srv)
+    page = dash.page
+    page.wait_for_function("window.teleopScheme && window.teleopScheme.svg")
+    # panels by profile: the scheme, the arm and the trajectory runner; no joystick, no navigation
+    for panel in ("#scheme-panel", "#arm-panel", "#trajectory-panel"):
+        assert page.locator(panel).is_visible(), panel
+    assert not page.locator("#joystick").is_visible()
+    assert page.locator("#navigation-panel").count() == 0 and page.locator("#platform-panel").count() == 0
+    box = page.evaluate("(() => { const b = document.querySelector('#scheme-panel svg #scene').getBBox();"
+                        " return [b.width, b.height]; })()")
+    assert box[0] > 400 and box[1] > 400  # drawn (mm): the arm and its workspace
+    shape = page.evaluate(SHAPE)
+    tree = parse((REPO / "config/bodies/scara.xml").read_text())
+    assert srv.post("/api/start")[0] == 200
+    assert srv.post("/api/joints", {"q1_rad": 0.6, "q2_rad": -1.1})[0] == 200
+    # the browser's transforms are the server's strings for the same joint values
+    wait_transform(dash, "body-1", body_transform(tree.bodies[1], 0.6))
+    wait_transform(dash, "body-2", body_transform(tree.bodies[2], -1.1))
+    assert page.evaluate(SHAPE) == shape  # nothing but transforms changed
+    assert page.evaluate("window.teleopScheme.stats.changed") > 0
+    dash.screenshot("arms-scara.png")
+    assert not dash.console_errors()
+
+
+def test_scara_click_to_move_and_joint_sliders(server_factory, open_dashboard) -> None:
+    srv = server_factory(LONG_LINK, config="config/scara-sim.toml")
+    dash = open_dashboard(srv)
+    page = dash.page
+    page.wait_for_function("document.querySelector('#scheme-panel svg .workspace')")
+    assert srv.post("/api/start")[0] == 200
+    dash.wait_badge("running")
+    # the screen point of the tool target (0.25, 0.2) m in the scheme's frame (mm, y up)
+    x, y = page.evaluate("""() => {
+        const scene = document.querySelector('#scheme-panel svg #scene');
+        const p = new DOMPoint(250, 200).matrixTransform(scene.getScreenCTM());
+        return [p.x, p.y]; }""")
+    page.mouse.click(x, y)
+    page.wait_for_function("document.querySelector('#arm-status').textContent.includes('accepted')")
+    sp = srv.state()["setpoint"]
+    assert sp["kind"] == "tool" and sp["elbow"] == 1 and sp["source"] == "websocket"
+    assert (sp["x_m"], sp["y_m"]) == pytest.approx((0.25, 0.2), abs=0.003)  # within a pixel or so
+    dash.wait_for(lambda: abs(srv.state()["values"]["tool_x_m"] - sp["x_m"]) < 1e-4, message="the tool there")
+    # a click outside the reach is refused, with the reason shown, and changes nothing
+    x, y = page.evaluate("""() => {
+        const scene = document.querySelector('#scheme-panel svg #scene');
+        const p = new DOMPoint(20, 10).matrixTransform(scene.getScreenCTM());
+        return [p.x, p.y]; }""")
+    page.mouse.click(x, y)
+    page.wait_for_function("document.querySelector('#arm-status').textContent.includes('refused')")
+    assert "unreachable" in page.locator("#arm-status").inner_text()
+    assert srv.state()["setpoint"]["kind"] == "tool" and srv.state()["setpoint"]["x_m"] == sp["x_m"]
+    # a slider sends a joint target when released
+    page.locator("#q1-slider").evaluate(
+        "el => { el.value = '30'; el.dispatchEvent(new Event('input')); el.dispatchEvent(new Event('change')); }")
+    dash.wait_for(lambda: abs(srv.state()["values"]["q1_rad"] - math.radians(30.0)) < 1e-4, message="joint 1 at 30°")
+    assert srv.state()["setpoint"]["kind"] == "joints"
+    assert not dash.console_errors()
+
+
+def test_stewart_pose_panel_and_scheme(server_factory, open_dashboard) -> None:
+    srv = server_factory(LONG_LINK, config="config/stewart-sim.toml")
+    dash = open_dashboard(srv)
+    page = dash.page
+    page.wait_for_function("window.teleopScheme && window.teleopScheme.svg")
+    assert page.locator("#platform-panel").is_visible() and page.locator("#arm-panel").count() == 0
+    before = dict(page.evaluate(TRANSFORMS, "#scheme-panel .leg, #scheme-panel .platform"))
+    assert len(before) == 14  # six legs and the platform, in two views
+    shape = page.evaluate(SHAPE)
+    assert srv.post("/api/start")[0] == 200
+    dash.wait_badge("running")
+    page.fill("#pose-form input[name=z_m]", "550")
+    page.fill("#pose-form input[name=roll_rad]", "6")
+    page.fill("#pose-form input[name=yaw_rad]", "-10")
+    page.click("#pose-go")
+    dash.wait_for(lambda: abs(srv.state()["values"]["yaw_rad"] + math.radians(10.0)) < 1e-5, message="the pose")
+    values = srv.state()["values"]
+    geometry = srv.get("/api/robot")[1]["geometry"]
+    expected = stewart_transforms(geometry, values)
+    for element in ("leg-1-top", "leg-4-front", "platform-top", "platform-front"):
+        wait_transform(dash, element, expected[element])
+        assert expected[element] != before[element]
+    assert page.evaluate(SHAPE) == shape
+    # beyond the stroke: refused, with the legs named on the panel
+    page.fill("#pose-form input[name=z_m]", "900")
+    page.click("#pose-go")
+    page.wait_for_function("document.querySelector('#pose-status').textContent.includes('out_of_stroke')")
+    assert re.search(r"leg \d at", page.locator("#pose-status").inner_text())
+    dash.screenshot("arms-stewart.png")
+    assert not dash.console_errors()
+
+
+def test_the_trajectory_runner_runs_a_series_and_shows_its_report(server_factory, open_dashboard) -> None:
+    srv = server_factory({**LONG_LINK, "driver": {"time_scale": 4.0}}, config="config/stewart-sim.toml")
+    dash = open_dashboard(srv)
+    page = dash.page
+    assert srv.post("/api/start")[0] == 200
+    dash.wait_badge("running")
+    page.select_option("#trajectory-series", "roll")
+    page.click("#trajectory-run")
+    page.wait_for_function("!document.querySelector('#trajectory-cancel').disabled")  # it runs
+    page.wait_for_function("!document.querySelector('#trajectory-report').hidden", timeout=60000)
+    row = page.locator('#trajectory-report tr[data-axis="roll_rad"]')
+    assert row.count() == 1 and "°" in row.inner_text()
+    page.wait_for_function("document.querySelector('#trajectory-plot').naturalWidth > 0")
+    report = srv.get("/api/trajectory/report")[1]
+    rms_deg = math.degrees(report["deviation"]["roll_rad"]["rms"])
+    assert f"{rms_deg:.3f} °" in row.inner_text()
+    dash.screenshot("arms-trajectory.png")
+    assert not dash.console_errors()
