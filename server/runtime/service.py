@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
+import numpy as np
 
 from drivers.errors import AcquisitionError, DriverError
 from server import protocol
@@ -25,6 +27,7 @@ from server.errors import ApiError, ConflictError, NotFoundError, ValidationErro
 from server.runtime.robot import Robot
 from server.runtime_api import (AcquisitionParams, DebugParams, Empty, EstopParams, EventsParams, HeadingParams,
                                 MagParams, PingParams, SetpointParams, SubscribeParams, UwbParams)
+from server.runtime.loop import JITTER_WINDOW
 from server.runtime.supervisor import Event, Refused
 from server.validation import check_range, convert
 
@@ -35,9 +38,15 @@ MAX_BACKLOG_BYTES = 256 * 1024
 
 
 MAX_PAIRS = 2000
+
+
+class JitterParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``jitter``: the samples of the ticks after ``since_tick`` (the ``ticks`` of the previous answer)."""
+
+    since_tick: int = 0
 #: methods after which no snapshot needs to go out before the reply (they change nothing, or only the
 #: link's age: a heartbeat at 50 Hz must not double the snapshot rate)
-NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat"}
+NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat", "jitter"}
 
 
 def _prepare_socket_path(path: Path) -> None:
@@ -109,6 +118,7 @@ class RuntimeService:
             "calibration": (Empty, lambda p: robot.calibrations.state_json()),
             "cancel_behavior": (Empty, lambda p: {"ok": True, "state": self.loop.cancel_behavior()}),
             "subscribe": (SubscribeParams, None),  # handled per connection
+            "jitter": (JitterParams, self._jitter),
             "ping": (PingParams, lambda p: {"t": p.t, "runtime_t": time.time(), "monotonic": time.monotonic()}),
         }
         if debug:
@@ -223,6 +233,19 @@ class RuntimeService:
         if not 1 <= p.limit <= 100000:
             raise ValidationError("limit must be in [1, 100000]", code="out_of_limits")
         return {"events": [e.to_json() for e in list(self.loop.events)[-p.limit:]]}
+
+    def _jitter(self, p: JitterParams) -> dict[str, Any]:
+        """Per-tick lateness (µs) of the ticks since ``since_tick``, oldest first, from the loop's ring
+        (at most its window; ``lost`` counts older ones already overwritten). The gateway polls it
+        once a second for its ``/metrics`` histogram; a ``since_tick`` beyond ``ticks`` (this runtime
+        restarted) returns the whole window."""
+        stats = self.loop.stats
+        ticks = stats.ticks  # read first: the slot of tick ``ticks`` may be being written right now
+        since = p.since_tick if 0 <= p.since_tick <= ticks else 0
+        n = min(ticks - since, JITTER_WINDOW - 1)
+        idx = np.arange(ticks - n, ticks) % JITTER_WINDOW
+        return {"ticks": ticks, "jitter_us": np.round(stats.jitter_us[idx], 1).tolist(),
+                "lost": ticks - since - n}
 
     def _estop_any(self, params: Any) -> dict[str, Any]:
         state = self.loop.estop("")
