@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import msgspec
-import numpy as np
 
 from drivers.errors import AcquisitionError, DriverError
 from server import protocol
@@ -27,7 +25,6 @@ from server.errors import ApiError, ConflictError, NotFoundError, ValidationErro
 from server.runtime.robot import Robot
 from server.runtime_api import (AcquisitionParams, DebugParams, Empty, EstopParams, EventsParams, HeadingParams,
                                 MagParams, PingParams, SetpointParams, SubscribeParams, UwbParams)
-from server.runtime.loop import JITTER_WINDOW
 from server.runtime.supervisor import Event, Refused
 from server.validation import check_range, convert
 
@@ -38,15 +35,10 @@ MAX_BACKLOG_BYTES = 256 * 1024
 
 
 MAX_PAIRS = 2000
-
-
-class JitterParams(msgspec.Struct, forbid_unknown_fields=True):
-    """``jitter``: the samples of the ticks after ``since_tick`` (the ``ticks`` of the previous answer)."""
-
-    since_tick: int = 0
 #: methods after which no snapshot needs to go out before the reply (they change nothing, or only the
 #: link's age: a heartbeat at 50 Hz must not double the snapshot rate)
-NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat", "jitter"}
+NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat",
+              "loop_stats"}
 
 
 def _prepare_socket_path(path: Path) -> None:
@@ -106,7 +98,7 @@ class RuntimeService:
             "stop": (Empty, lambda p: {"ok": True, "state": self.loop.stop_robot()}),
             "reset": (Empty, lambda p: {"ok": True, "state": self.loop.reset()}),
             "heartbeat": (Empty, lambda p: {"ok": True, "state": self.loop.heartbeat()}),
-            "estop": (EstopParams, self._estop),
+            "estop": (EstopParams, self._estop_any),  # listed for the docs; _handle latches it before anything
             "estop_reason": (EstopParams, self._estop_reason),
             "setpoint": (SetpointParams, self._setpoint),
             "acquisition": (Empty, lambda p: self._acquisition_json()),
@@ -118,7 +110,7 @@ class RuntimeService:
             "calibration": (Empty, lambda p: robot.calibrations.state_json()),
             "cancel_behavior": (Empty, lambda p: {"ok": True, "state": self.loop.cancel_behavior()}),
             "subscribe": (SubscribeParams, None),  # handled per connection
-            "jitter": (JitterParams, self._jitter),
+            "loop_stats": (Empty, lambda p: self.loop.stats.histogram()),
             "ping": (PingParams, lambda p: {"t": p.t, "runtime_t": time.time(), "monotonic": time.monotonic()}),
         }
         if debug:
@@ -234,28 +226,12 @@ class RuntimeService:
             raise ValidationError("limit must be in [1, 100000]", code="out_of_limits")
         return {"events": [e.to_json() for e in list(self.loop.events)[-p.limit:]]}
 
-    def _jitter(self, p: JitterParams) -> dict[str, Any]:
-        """Per-tick lateness (µs) of the ticks since ``since_tick``, oldest first, from the loop's ring
-        (at most its window; ``lost`` counts older ones already overwritten). The gateway polls it
-        once a second for its ``/metrics`` histogram; a ``since_tick`` beyond ``ticks`` (this runtime
-        restarted) returns the whole window."""
-        stats = self.loop.stats
-        ticks = stats.ticks  # read first: the slot of tick ``ticks`` may be being written right now
-        since = p.since_tick if 0 <= p.since_tick <= ticks else 0
-        n = min(ticks - since, JITTER_WINDOW - 1)
-        idx = np.arange(ticks - n, ticks) % JITTER_WINDOW
-        return {"ticks": ticks, "jitter_us": np.round(stats.jitter_us[idx], 1).tolist(),
-                "lost": ticks - since - n}
-
     def _estop_any(self, params: Any) -> dict[str, Any]:
         state = self.loop.estop("")
         reason = params.get("reason") if isinstance(params, dict) else None
         if isinstance(reason, str) and reason and len(reason) <= MAX_REASON:
             self.loop.note_estop_reason(reason)
         return {"ok": True, "state": state}
-
-    def _estop(self, p: EstopParams) -> dict[str, Any]:  # pragma: no cover - _handle latches first
-        return self._estop_any({"reason": p.reason})
 
     def _estop_reason(self, p: EstopParams) -> dict[str, Any]:
         if not p.reason or len(p.reason) > MAX_REASON:
