@@ -111,8 +111,8 @@ class ReplayRuntime(RuntimeClient):
             return {"events": await asyncio.to_thread(self._events_until_now, int(limit))}
         if method == "acquisition":
             return await asyncio.to_thread(self._acquisition_until_now)
-        if method == "jitter":  # no loop runs here: nothing for the /metrics histogram
-            return {"ticks": 0, "jitter_us": [], "lost": 0}
+        if method == "loop_stats":  # no loop runs here: nothing for the /metrics histogram
+            return {}
         raise replay_refusal(method)
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:

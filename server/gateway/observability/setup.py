@@ -10,9 +10,9 @@ Everything is fed from what the gateway already has, on its event loop:
   ``runtime_down`` event, which fails ``/healthz`` at once;
 * a 1 Hz sampler: clients by kind, telemetry and video stream counters, the driver's
   ``health()`` counters (the snapshot's ``driver`` field), the runtime connection, and the
-  per-tick lateness samples of the loop for the jitter histogram (runtime API method
-  ``jitter``: the samples of the ticks since the previous poll, so the histogram counts every
-  tick up to the runtime's 2048-tick ring, i.e. for loops up to 2 kHz);
+  loop's tick-lateness histogram (runtime API ``loop_stats``: the runtime counts every tick
+  into fixed buckets since it started; the gateway mirrors the counts, so nothing is sampled
+  and a restarted runtime shows as a counter reset);
 * the mirrored loop counters and the state are read from the newest snapshot when
   ``/metrics`` is scraped (they are latest values: nothing to do per snapshot).
 
@@ -121,9 +121,7 @@ class Observability:
         self.snapshot = snapshot
         self.metrics = metrics
         self.health = health
-        self._jitter_since = 0
-        self._jitter_pid: int | None = None
-        self._jitter_failed = False
+        self._loop_stats_failed = False
         self._telemetry_totals = ClientTotals()
         self._video_totals = ClientTotals()
 
@@ -162,22 +160,19 @@ class Observability:
             sent, dropped = self._video_totals.update(viewers)
             m.set_stream("video", fps=video.counters()["fps_measured"], dropped_total=dropped, sent_total=sent)
         if rt.connected:
-            await self.poll_jitter()
+            await self.poll_loop_stats()
 
-    async def poll_jitter(self) -> None:
-        rt = self.runtime
-        if rt.runtime_pid != self._jitter_pid:  # a new runtime: its tick counter starts again
-            self._jitter_pid, self._jitter_since = rt.runtime_pid, 0
+    async def poll_loop_stats(self) -> None:
         try:
-            res = await rt.request("jitter", {"since_tick": self._jitter_since}, timeout_s=2.0)
+            hist = await self.runtime.request("loop_stats", timeout_s=2.0)
         except ApiError as err:
-            if not self._jitter_failed:
-                log.warning("the runtime gives no jitter samples (%s); the jitter histogram stays empty", err)
-                self._jitter_failed = True
+            if not self._loop_stats_failed:  # say it once, not every second
+                log.warning("no loop histogram from the runtime (%s): teleop_loop_jitter_seconds is missing", err)
+                self._loop_stats_failed = True
             return
-        self._jitter_failed = False
-        self._jitter_since = int(res.get("ticks", 0))
-        self.metrics.observe_jitter(us * 1e-6 for us in res.get("jitter_us", ()))
+        self._loop_stats_failed = False
+        if hist:
+            self.metrics.update_loop_histogram(hist)
 
     async def run(self) -> None:
         while True:
