@@ -252,6 +252,9 @@ def setup_replay_routes(app: web.Application, source: Any,
                 source.pause()
             elif name == "seek":
                 body = await read_body(request, allow_empty=False)
+                if not body:
+                    raise ValidationError('body must be {"t": unix seconds} or {"offset_s": seconds}',
+                                          code="missing_field")
                 if set(body) - {"t", "offset_s"} or len(body) != 1:
                     raise ValidationError('body must be {"t": unix seconds} or {"offset_s": seconds}',
                                           code="unknown_field")

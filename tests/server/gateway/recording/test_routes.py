@@ -191,7 +191,7 @@ async def test_replay_controls(replay_served):
 
 
 @pytest.mark.parametrize("route,body,status,code", [
-    ("seek", {}, 422, "unknown_field"),
+    ("seek", {}, 422, "missing_field"),
     ("seek", {"t": "x"}, 422, "wrong_type"),
     ("seek", {"t": 1, "offset_s": 2}, 422, "unknown_field"),
     ("speed", {"speed": 0}, 422, "out_of_limits"),
