@@ -25,7 +25,7 @@ def write_config(directory: Path, overrides: dict) -> Path:
 
 def record_driven_run(directory: Path, drive_s: float = 4.0) -> Path:
     """Start the server recording into ``directory``, drive in a curve for about ``drive_s`` (as
-    counted by recorded snapshots), e-stop, reset, stop; returns the finished file."""
+    counted by recorded snapshots), e-stop for about a second, reset, stop; returns the finished file."""
     directory.mkdir(parents=True, exist_ok=True)
     srv = ServerProc(write_config(directory, {"recording": {"dir": str(directory / "rec"), "flush_s": 0.2}}))
     srv.start()
@@ -39,6 +39,9 @@ def record_driven_run(directory: Path, drive_s: float = 4.0) -> Path:
                        "a driven stretch recorded")
             assert srv.post("/api/estop", {"reason": "end of the drive"})[0] == 200
         wait_until(lambda: srv.state()["state"] == "estop", 10, "e-stopped")
+        n1 = srv.get("/api/recordings/status")[1]["messages"]
+        # a second of e-stop on record, so a replay shows it (the dashboard renders the newest snapshot only)
+        wait_until(lambda: srv.get("/api/recordings/status")[1]["messages"] > n1 + 50, 10, "e-stop recorded")
         assert srv.post("/api/reset")[0] == 200
         n1 = srv.get("/api/recordings/status")[1]["messages"]
         wait_until(lambda: srv.get("/api/recordings/status")[1]["messages"] > n1 + 25, 10, "idle recorded")
