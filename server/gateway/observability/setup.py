@@ -122,12 +122,17 @@ class Observability:
         self.metrics = metrics
         self.health = health
         self._loop_stats_failed = False
+        self._connects = -1
         self._telemetry_totals = ClientTotals()
         self._video_totals = ClientTotals()
 
     # ------------------------------------------------------------------ per snapshot and event (event loop)
     def on_snapshot(self, data: bytes) -> None:
-        self.health.update_from_snapshot(parsed_snapshot(self.runtime, data))
+        rt = self.runtime
+        if rt.connects != self._connects and rt.connected:  # a (new) runtime: healthy again without waiting 1 s
+            self._connects = rt.connects
+            self.health.set_runtime(True)
+        self.health.update_from_snapshot(parsed_snapshot(rt, data))
 
     def on_event(self, event: dict[str, Any]) -> None:
         self.metrics.update_from_event(event)

@@ -213,3 +213,29 @@ def test_the_event_log_survives_a_restart_of_the_whole_server(server_factory, tm
     assert all(event_key(e) in keys for e in earlier), events
     assert len(keys) == len(set(keys))  # read back from the recording and not doubled
     assert again.get("/api/events?limit=1")[1]["events"][-1] == events[-1]
+
+
+def test_camera_frames_are_recorded_only_while_recording(server_factory, tmp_path, wait_for):
+    rec = tmp_path / "rec"
+    srv = server_factory({**recording_cfg(rec, video_frames=True, video_fps=5.0),
+                          "video": {"enabled": True, "width": 320, "height": 240, "fps": 15}})
+    wait_for(lambda: srv.get("/api/video")[1]["status"]["state"] in ("ok", "retrying"), 20, "the camera opened")
+    encoded = srv.get("/api/video")[1]["counters"]["encoded"]
+    assert srv.get("/api/recordings/status")[1]["state"] == "idle"
+    file = srv.post("/api/recordings/start", {"name": "frames"})[1]["file"]
+    wait_for(lambda: status(srv)["messages_by_topic"].get("/camera/image", 0) >= 10, 30, "ten frames recorded")
+    assert srv.get("/api/video")[1]["counters"]["encoded"] > encoded  # the recorder made the camera capture
+    assert srv.post("/api/recordings/stop")[0] == 200
+    st = wait_for(lambda: (s := status(srv))["state"] == "idle" and s, 10, "the file finished")
+    schemas, msgs = read_file(rec / file)
+    assert schemas["/camera/image"] == "foxglove.CompressedImage"
+    frames = [(json.loads(d), lt) for t, d, lt in msgs if t == "/camera/image"]
+    assert len(frames) == st["messages_by_topic"]["/camera/image"]
+    import base64
+    for frame, log_time in frames:
+        assert frame["format"] == "jpeg" and frame["frame_id"] == "camera"
+        assert base64.b64decode(frame["data"])[:2] == b"\xff\xd8"
+        assert frame["timestamp"]["sec"] * 10**9 + frame["timestamp"]["nsec"] == log_time
+    times = [lt / 1e9 for _f, lt in frames]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert min(gaps) >= 1 / 5.0 - 1e-6  # at most video_fps, whatever the camera's rate
