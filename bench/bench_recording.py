@@ -1,4 +1,5 @@
-"""Recorder and replay figures: caller cost, writer throughput and CPU, bytes per minute, 1 h file load.
+"""Recorder and replay figures: caller cost, writer throughput and CPU, bytes per minute, 1 h file load,
+and the recorder wired into the real server.
 
 Prints figures, asserts nothing. The snapshot is shaped like the gateway's (about
 1.7 KB of JSON, channel values with full float precision and sensor noise, so it
@@ -7,7 +8,14 @@ bytes of a JPEG's size (65 KB, incompressible like JPEG). The "peer" rows read t
 same file with the ``mcap`` library's own readers: linearly (what a file without an
 index costs) and through its index.
 
-    .venv/bin/python bench/bench_recording.py [--quick]
+Sections 5-7 use the real gateway: the per-snapshot cost of every wired hook on its event
+loop (parse once, health, recorder), then ``python -m server`` with the recorder switched on
+and off in alternating phases of one run (so both sides share the machine's load), with and
+without camera frames recorded: loop deadlines and lateness from the runtime's own histogram,
+telemetry latency at a client, the gateway's CPU, bytes per minute; and ``python -m server
+replay`` of the 1 h file: from the command to the first snapshot on the websocket.
+
+    .venv/bin/python bench/bench_recording.py [--quick] [--only 5,6,7]
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import orjson
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 from mcap.reader import make_reader  # noqa: E402
 from mcap.records import Message  # noqa: E402
@@ -32,6 +41,7 @@ from mcap.stream_reader import StreamReader  # noqa: E402
 from server.gateway.recording import Recorder, Recording, RecordingConfig, list_recordings, recent_events  # noqa: E402
 from server.gateway.recording.replay import FakeClock, ReplaySource  # noqa: E402
 from server.gateway.reports import run_report  # noqa: E402
+from common import start_server, wait_until  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 RNG = np.random.default_rng(7)
@@ -173,7 +183,7 @@ def bench_realtime(tmp: Path) -> dict:
     return out
 
 
-def bench_one_hour(tmp: Path) -> None:
+def bench_one_hour(tmp: Path) -> Path:
     hours = 0.25 if QUICK else 1.0
     n = int(hours * 3600 * 50)
     print(f"\n4. A {hours:g} h recording ({n:,} snapshots at 50 Hz, an event every 10 s): load and read times")
@@ -255,17 +265,233 @@ def bench_one_hour(tmp: Path) -> None:
         with open(path, "rb") as f:
             return sum(1 for r in StreamReader(f).records if isinstance(r, Message))
     timed("peer: mcap StreamReader linear pass (what a file without index costs)", peer_linear_all, repeat=1)
+    return path
+
+
+# ---------------------------------------------------------------------- 5. the wired hooks, in process
+def bench_hooks(tmp: Path) -> None:
+    print("\n5. Per-snapshot cost of the wired hooks on the gateway's event loop (a real sim snapshot):"
+          " median / p99")
+    import asyncio
+
+    from server.config import GATEWAY_TABLES, load_config, parse_overrides
+    from server.gateway.app import create_app
+    from server.gateway.hooks import HOOKS, Hooks
+    from server.gateway.recording.setup import RECORDER
+    from server.gateway.runtime_client import RuntimeClient
+
+    srv = start_server()
+    try:
+        snap = srv.get("/api/state")[1]
+        robot = srv.get("/api/robot")[1]
+    finally:
+        srv.stop()
+    data0 = orjson.dumps(snap)
+    profile = load_config(REPO / "config/rover-sim.toml", tables=GATEWAY_TABLES,
+                          overrides=parse_overrides([f'recording.dir="{tmp / "hooks"}"']))
+
+    async def run() -> None:
+        rt = RuntimeClient("/nonexistent")
+        rt.description = robot
+        app = create_app(profile, rt)
+        hooks = app[HOOKS].on_snapshot
+        recorder = app[RECORDER]
+        await asyncio.to_thread(recorder.start)
+        rt.connected, rt.connects = True, 1
+        clock = time.perf_counter
+        # a new bytes object per snapshot, as from the socket (bytes(b) would return b itself)
+        copies = [data0[:-1] + data0[-1:] for _ in range(4000)]
+
+        def measure(fn) -> np.ndarray:
+            out = []
+            for k in range(4000):
+                data = copies[k]
+                rt.latest = data
+                t0 = clock()
+                fn(data)
+                out.append(clock() - t0)
+                if k % 500 == 499:
+                    recorder._wake.set()
+            return np.asarray(out) * 1e6
+
+        parse = measure(lambda d: orjson.loads(d))
+        off = measure(lambda d: Hooks.call(hooks, d))
+        recorder.start_recording("hooks")
+        on = measure(lambda d: Hooks.call(hooks, d))
+        for label, us in (("orjson.loads of the snapshot alone", parse),
+                          ("all hooks, not recording (parse once + health + recorder no-op)", off),
+                          ("all hooks, recording (parse once + health + record_snapshot)", on)):
+            row(label, f"{np.median(us):.1f} / {np.percentile(us, 99):.1f} µs")
+        row("at 50 Hz, recording", f"{np.mean(on) * 50 / 1e4:.3f} % of the event loop's time")
+        await recorder.aclose()
+
+    asyncio.run(run())
+
+
+# ---------------------------------------------------------------------- 6. the real server, recorder on vs off
+def _latency_client(url: str, seconds: float, out) -> None:
+    """One telemetry client: (receive wall time, receive − the snapshot's own t) per snapshot."""
+    import asyncio
+
+    import aiohttp
+
+    async def main() -> list[tuple[float, float]]:
+        got: list[tuple[float, float]] = []
+        stop_t = time.time() + seconds
+        async with aiohttp.ClientSession() as session, session.ws_connect(url + "/ws/telemetry") as ws:
+            while time.time() < stop_t:
+                try:
+                    msg = await asyncio.wait_for(ws.receive(), 2)
+                except asyncio.TimeoutError:
+                    continue
+                if msg.type != aiohttp.WSMsgType.TEXT:
+                    break
+                now = time.time()
+                if msg.data.startswith('{"type":"telemetry"'):
+                    i = msg.data.find(',"t":', 0, 200)
+                    j = msg.data.find(",", i + 5)
+                    got.append((now, now - float(msg.data[i + 5:j])))
+        return got
+
+    out.put(asyncio.run(main()))
+
+
+def bench_server(tmp: Path) -> None:
+    import multiprocessing as mp
+
+    from bench_core import children, loop_figures
+    from common import cpu_seconds, video_viewer_proc
+    from tests.server.test_stop_paths import Heartbeat
+
+    phase_s = 6.0 if QUICK else 15.0
+    rounds = 2 if QUICK else 3
+    print(f"\n6. The real server (100 Hz loop, 50 Hz telemetry, rover driving a circle, one telemetry client): "
+          f"recorder on vs off in alternating {phase_s:g} s phases, {rounds} of each")
+    for video in (False, True):
+        rec_dir = tmp / f"server-{video}"
+        srv = start_server({"recording": {"dir": str(rec_dir), "video_frames": video, "video_fps": 5.0},
+                            "video": {"enabled": video}})
+        total = rounds * 2 * phase_s + 15
+        q: mp.Queue = mp.Queue()
+        client = mp.Process(target=_latency_client, args=(srv.url, total, q), daemon=True)
+        client.start()
+        viewer = None
+        if video:  # the camera runs in both phases: the difference is the recording of its frames
+            vq: mp.Queue = mp.Queue()
+            viewer = mp.Process(target=video_viewer_proc, args=(srv.url, total, vq), daemon=True)
+            viewer.start()
+        gateway = children(srv)["gateway"]
+        phases: dict[str, list[dict]] = {"off": [], "on": []}
+        try:
+            with Heartbeat(srv, 0.1):
+                srv.post("/api/start")
+                srv.post("/api/speed", {"linear": 0.2, "angular": 0.3})
+                wait_until(lambda: srv.get("/api/telemetry")[1]["clients"] >= 1, 20, "client connected")
+                time.sleep(2.0)  # let the first-second transients pass (bench, not a test)
+                for _ in range(rounds):
+                    for mode in ("off", "on"):
+                        if mode == "on":
+                            srv.post("/api/recordings/start", {"name": "bench"})
+                        before = loop_figures(srv)["raw"]
+                        b0 = srv.get("/api/recordings/status")[1]["total_bytes"]
+                        cpu0, t0 = cpu_seconds(gateway), time.time()
+                        time.sleep(phase_s)
+                        t1 = time.time()
+                        cpu = (cpu_seconds(gateway) - cpu0) / (t1 - t0)
+                        b1 = srv.get("/api/recordings/status")[1]["total_bytes"]
+                        lf = loop_figures(srv, before)
+                        phases[mode].append({"t0": t0, "t1": t1, "cpu": cpu, "loop": lf, "bytes": b1 - b0})
+                        if mode == "on":
+                            srv.post("/api/recordings/stop")
+            lat = q.get(timeout=total + 60)
+        finally:
+            srv.stop()
+            client.join(10)
+            if viewer is not None:
+                viewer.join(10)
+        label = "recording snapshots + camera frames at 5 fps (camera 640x480@30 watched by one viewer in both)" \
+            if video else "recording snapshots, events, commands"
+        print(f"  {label}:")
+        for mode in ("off", "on"):
+            ps = phases[mode]
+            ticks = sum(p["loop"]["ticks"] for p in ps)
+            missed = sum(p["loop"]["missed"] for p in ps)
+            p99 = max(p["loop"]["p99"] for p in ps)
+            p999 = max(p["loop"]["p999"] for p in ps)
+            l_ms = [x[1] * 1e3 for x in lat if any(p["t0"] + 0.5 <= x[0] <= p["t1"] for p in ps)]
+            cpu = np.mean([p["cpu"] for p in ps]) * 100
+            extra = ""
+            if mode == "on":
+                mb_min = sum(p["bytes"] for p in ps) / (len(ps) * phase_s) * 60 / 1e6
+                extra = f"; {mb_min:.2f} MB per minute"
+            row(f"  recorder {mode}", f"deadlines missed {missed} of {ticks + missed}; lateness p99 ≤ {p99:g} µs, "
+                f"p99.9 ≤ {p999:g} µs; telemetry latency p50 {np.percentile(l_ms, 50):.2f} / "
+                f"p99 {np.percentile(l_ms, 99):.2f} ms; gateway CPU {cpu:.1f} % of a core{extra}")
+
+
+# ---------------------------------------------------------------------- 7. replaying the 1 h file
+def bench_replay_server(path: Path, tmp: Path) -> None:
+    import subprocess
+
+    from websockets.sync.client import connect
+
+    print(f"\n7. python -m server replay of the {path.stat().st_size / 1e6:.0f} MB file: command → first snapshot "
+          "on the websocket (process start, imports, open, serve)")
+    times = []
+    for _ in range(1 if QUICK else 3):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "server", "replay", str(path), "--port", "0"], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            port = None
+            for line in proc.stdout:
+                if "teleop listening on http://" in line:
+                    port = int(line.strip().rsplit(":", 1)[1])
+                    break
+            listening = time.perf_counter() - t0
+            with connect(f"ws://127.0.0.1:{port}/ws/telemetry") as ws:
+                while True:
+                    msg = orjson.loads(ws.recv(30))
+                    if msg["type"] == "telemetry":
+                        break
+            times.append((listening, time.perf_counter() - t0))
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    best = min(times, key=lambda x: x[1])
+    row("listening after / first snapshot after (best)", f"{best[0] * 1e3:,.0f} ms / {best[1] * 1e3:,.0f} ms")
+    import subprocess as sp
+    t0 = time.perf_counter()
+    sp.run([sys.executable, "-c", "import server.gateway.replay, server.gateway.app"], cwd=REPO, check=True)
+    row("  of which the interpreter and imports alone", f"{(time.perf_counter() - t0) * 1e3:,.0f} ms")
 
 
 def main() -> None:
+    only = None
+    if "--only" in sys.argv:
+        only = set(sys.argv[sys.argv.index("--only") + 1].split(","))
     tmp = Path(tempfile.mkdtemp(prefix="teleop-bench-rec-"))
+
+    def want(k: str) -> bool:
+        return only is None or k in only
+
     try:
         size = len(snapshot(1, 1.8e9))
         print(f"snapshot size {size} B; video frame {len(FRAME)} B; {os.cpu_count()} CPUs; quick={QUICK}")
-        bench_caller_cost(tmp)
-        bench_throughput(tmp)
-        bench_realtime(tmp)
-        bench_one_hour(tmp)
+        if want("1"):
+            bench_caller_cost(tmp)
+        if want("2"):
+            bench_throughput(tmp)
+        if want("3"):
+            bench_realtime(tmp)
+        if want("4") or want("7"):
+            path = bench_one_hour(tmp)
+            if want("7"):
+                bench_replay_server(path, tmp)
+        if want("5"):
+            bench_hooks(tmp)
+        if want("6"):
+            bench_server(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

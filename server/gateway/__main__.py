@@ -31,7 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fd", type=int, help="an already listening TCP socket to serve on (from python -m server)")
     p.add_argument("--host")
     p.add_argument("--port", type=int)
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="overrides [observability] log_level (python -m server always passes its own)")
     return p.parse_args(argv)
 
 
@@ -74,12 +75,15 @@ async def serve(profile, args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     die_with_parent()
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         profile = load_config(args.config, overrides=parse_overrides(args.set), tables=GATEWAY_TABLES)
     except ConfigError as err:
         print(f"teleop: configuration error: {err}", file=sys.stderr)
         return 2
+    from server.gateway.observability import setup_logging
+
+    obs = profile.observability  # text or JSON lines (docs/observability.md)
+    setup_logging(obs.log_format, args.log_level or obs.log_level)
     try:
         asyncio.run(serve(profile, args))
     except OSError as err:

@@ -29,7 +29,9 @@ from server.gateway.connections import ConnectionGuard
 from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import BODY_TIMEOUT, error_middleware, json_response, read_body, read_raw_body
 from server.gateway.navigation import setup_navigation
+from server.gateway.observability.setup import setup_observability
 from server.gateway.ratelimit import BucketRegistry
+from server.gateway.recording.setup import EVENT_LOG, setup_recording
 from server.gateway.robot_svg import robot_svg
 from server.gateway.runtime_client import DOWN_MESSAGE, RuntimeClient
 from server.gateway.telemetry import TelemetryClient, TelemetryHub, dumps
@@ -202,7 +204,10 @@ async def get_events(request: web.Request) -> web.Response:
         raise ValidationError(f"limit must be an integer, not {raw!r}", code="wrong_type") from None
     if not 1 <= limit <= 100000:
         raise ValidationError("limit must be in [1, 100000]", code="out_of_limits")
-    result = await request.app[RUNTIME].request("events", {"limit": limit})
+    if EVENT_LOG in request.app:  # the gateway's log (survives restarts) merged with the runtime's
+        result = {"events": await request.app[EVENT_LOG].recent(request.app[RUNTIME], limit)}
+    else:
+        result = await request.app[RUNTIME].request("events", {"limit": limit})
     return web.Response(text=dumps(result), content_type="application/json")
 
 
@@ -457,6 +462,9 @@ def create_app(profile: Profile, runtime: RuntimeClient) -> web.Application:
     app[JINJA] = jinja2.Environment(loader=jinja2.FileSystemLoader(str(WEB_DIR / "templates")), autoescape=True)
     app.cleanup_ctx.append(runtime_ctx)
     app.on_shutdown.append(on_shutdown)
+    # metrics, health, recording, event log, replay controls (their cleanup contexts start after the runtime's)
+    setup_observability(app, profile, runtime, app[HUB], lambda: current_snapshot(app))
+    setup_recording(app, profile, runtime, lambda: robot_description(app))
     r = app.router
     r.add_get("/", index)
     r.add_get("/api/state", get_state)

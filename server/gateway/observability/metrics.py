@@ -2,11 +2,11 @@
 
 Two kinds of figures:
 
-* **Owned here**: the loop-jitter histogram (fed per tick with :meth:`Metrics.observe_jitter`),
-  stops by cause and events by kind (counted from the event stream), the robot state.
+* **Owned here**: stops by cause and events by kind (counted from the event stream), the robot state.
 * **Mirrored**: totals that another component already keeps (the runtime's tick, miss and
-  overrun counters in each snapshot, the telemetry hub's drops, the recorder's bytes,
-  a driver's ``health()`` counters). They are stored as the latest values and exposed
+  overrun counters in each snapshot, its whole-run tick-lateness histogram from the runtime
+  API's ``loop_stats``, the telemetry hub's drops, the recorder's bytes, a driver's
+  ``health()`` counters). They are stored as the latest values and exposed
   by a custom collector at scrape time, so nothing is double-counted and a restarted
   runtime shows up as a counter reset, which Prometheus' ``rate()`` handles.
 
@@ -21,14 +21,14 @@ import threading
 from typing import Any, Iterable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Enum, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Enum, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 STATES = ["idle", "running", "stopping", "estop", "fault", "unknown"]
-#: tick lateness buckets, seconds: 10 µs … 50 ms (notes/performance.md: p99 from µs under FIFO to ms without)
-JITTER_BUCKETS_S = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2)
 MAX_LABEL_VALUES = 64
+#: a lateness histogram with more buckets than this is not mirrored (hostile or broken input)
+MAX_BUCKETS = 64
 MAX_LABEL_LEN = 64
 MAX_HEALTH_KEYS = 256
 
@@ -50,6 +50,34 @@ def _number(v: Any) -> float | None:
     if isinstance(v, (int, float)) and math.isfinite(v):
         return float(v)
     return None
+
+
+def histogram_buckets(hist: dict[str, Any]) -> tuple[list[tuple[str, float]], float | None] | None:
+    """The runtime's ``loop_stats`` (``buckets_us``: upper edges, ``counts``: ticks per bucket, the last
+    edge a catch-all) as Prometheus buckets in seconds, cumulative, ending with ``+Inf``; and the sum in
+    seconds if the runtime keeps one (``sum_us``). ``None`` for anything malformed.
+
+    >>> histogram_buckets({"buckets_us": [10, 100, 1e9], "counts": [5, 3, 1]})
+    ([('1e-05', 5.0), ('0.0001', 8.0), ('+Inf', 9.0)], None)
+    >>> histogram_buckets({"buckets_us": [10, 5], "counts": [1, 1]}) is None
+    True
+    """
+    edges, counts = hist.get("buckets_us"), hist.get("counts")
+    if (not isinstance(edges, list) or not isinstance(counts, list) or not 1 <= len(edges) <= MAX_BUCKETS
+            or len(edges) != len(counts)):
+        return None
+    nums = [_number(v) for v in (*edges, *counts)]
+    if any(n is None or n < 0 for n in nums) or isinstance(edges[0], bool):
+        return None
+    edges_f, counts_f = nums[:len(edges)], nums[len(edges):]
+    if any(b >= a for a, b in zip(edges_f[1:], edges_f)):  # edges must increase
+        return None
+    out, total = [], 0.0
+    for i, (edge, n) in enumerate(zip(edges_f, counts_f)):
+        total += n
+        out.append(("+Inf" if i == len(edges_f) - 1 else repr(edge / 1e6), total))
+    sum_us = _number(hist.get("sum_us"))
+    return out, (sum_us / 1e6 if sum_us is not None else None)
 
 
 def flatten_health(health: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -85,6 +113,7 @@ class _Mirror(Collector):
         self.streams: dict[str, dict[str, float]] = {}
         self.recorder: dict[str, Any] = {}
         self.health: dict[str, dict[str, float]] = {}
+        self.jitter: tuple[list[tuple[str, float]], float | None] | None = None
 
     def collect(self) -> Iterable[Any]:
         with self.lock:
@@ -94,6 +123,11 @@ class _Mirror(Collector):
             rec = dict(self.recorder)
             health = {k: dict(v) for k, v in self.health.items()}
             link_age, last_t = self.link_age_s, self.last_snapshot_t
+            jitter = self.jitter
+        if jitter is not None:
+            yield HistogramMetricFamily("teleop_loop_jitter_seconds", "Tick lateness of the control loop "
+                                        "(start - deadline), every tick since the runtime started",
+                                        buckets=jitter[0], sum_value=jitter[1])
         for key, name, doc in (("ticks", "teleop_loop_ticks", "Control loop ticks since the runtime started"),
                                ("missed", "teleop_loop_deadlines_missed", "Deadlines skipped by late ticks"),
                                ("overruns", "teleop_loop_overruns", "Ticks that landed a whole period late")):
@@ -155,11 +189,9 @@ class _Mirror(Collector):
 class Metrics:
     """The metrics of one gateway. Update from the event loop (or any thread); scrape with :meth:`render`."""
 
-    def __init__(self, jitter_buckets_s: tuple[float, ...] = JITTER_BUCKETS_S) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.jitter = Histogram("teleop_loop_jitter_seconds", "Tick lateness of the control loop (start - deadline)",
-                                buckets=jitter_buckets_s, registry=r)
         self.stops = Counter("teleop_stops", "Stops by trigger (e-stops, link loss, rules, faults)", ["trigger"],
                              registry=r)
         self.events = Counter("teleop_events", "Events by kind", ["kind"], registry=r)
@@ -174,11 +206,12 @@ class Metrics:
         self._drivers: set[str] = set()
 
     # ------------------------------------------------------------------ feeds
-    def observe_jitter(self, samples_s: Iterable[float]) -> None:
-        """Per-tick lateness samples (seconds) from the runtime (e.g. shipped with each snapshot batch)."""
-        for s in samples_s:
-            if isinstance(s, (int, float)) and math.isfinite(s):
-                self.jitter.observe(max(0.0, s))
+    def update_loop_histogram(self, hist: dict[str, Any]) -> None:
+        """The runtime's whole-run lateness histogram (runtime API ``loop_stats``); malformed input is ignored."""
+        buckets = histogram_buckets(hist) if isinstance(hist, dict) else None
+        if buckets is not None:
+            with self._mirror.lock:
+                self._mirror.jitter = buckets
 
     def update_from_snapshot(self, snap: dict[str, Any]) -> None:
         """Mirror the loop counters, state and link age of a snapshot (docs/api.md)."""

@@ -147,17 +147,21 @@ class FoxgloveLive:
 Authorize = Callable[[web.Request], Awaitable[None]]
 
 
-def proxy_handler(live: FoxgloveLive, authorize: Authorize | None = None, max_msg_bytes: int = 64 * 1024 * 1024):
+def proxy_handler(live: FoxgloveLive | Callable[[], FoxgloveLive | None], authorize: Authorize | None = None,
+                  max_msg_bytes: int = 64 * 1024 * 1024):
     """An aiohttp handler (``GET /foxglove``) relaying the Foxglove protocol to the loopback server.
 
-    ``authorize(request)`` is the gateway's check: it raises (``web.HTTPUnauthorized``,
-    ``HTTPForbidden`` or the gateway's ``ApiError``) to refuse before the upgrade. Point
-    Foxglove at ``ws(s)://<gateway>/foxglove``."""
+    ``live`` is the server, or a callable returning it (``None`` while it is not running: the
+    route can be added before the server starts). ``authorize(request)`` is the gateway's
+    check: it raises (``web.HTTPUnauthorized``, ``HTTPForbidden`` or the gateway's
+    ``ApiError``) to refuse before the upgrade. Point Foxglove at ``ws(s)://<gateway>/foxglove``."""
+    current = live if callable(live) and not isinstance(live, FoxgloveLive) else (lambda: live)
 
     async def handle(request: web.Request) -> web.StreamResponse:
         if authorize is not None:
             await authorize(request)
-        port = live.port
+        live = current()
+        port = live.port if live is not None else None
         if port is None:
             raise web.HTTPServiceUnavailable(reason="foxglove live view is not running")
         ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,), max_msg_size=max_msg_bytes, heartbeat=20.0)

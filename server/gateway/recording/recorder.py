@@ -145,6 +145,11 @@ class Recorder:
         import asyncio
         await asyncio.to_thread(self.close, timeout_s)
 
+    @property
+    def started(self) -> bool:
+        """True between :meth:`start` and :meth:`close` (the writer thread runs)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def set_robot(self, robot: dict[str, Any]) -> None:
         """A new robot description (e.g. after the runtime reconnected); written to the current file too."""
         self._control(("robot", dict(robot)))

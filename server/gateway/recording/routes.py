@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from server.errors import ConflictError, NotFoundError, ValidationError
+from server.gateway.http import read_body
 from server.gateway.recording.files import safe_path
 from server.gateway.recording.reader import Recording, RecordingError, list_recordings
 from server.gateway.recording.recorder import Recorder
@@ -56,9 +57,19 @@ def _list_param(request: web.Request, key: str, required: bool) -> list[str] | N
 
 def setup_recording_routes(app: web.Application, directory: str | Path, recorder: Recorder | None = None, *,
                            authorize_operator: Authorize | None = None,
-                           authorize_admin: Authorize | None = None) -> None:
-    """Add the ``/api/recordings`` routes to ``app`` (``recorder`` may be ``None`` in replay mode)."""
+                           authorize_admin: Authorize | None = None,
+                           prepare: Callable[[], Awaitable[None]] | None = None,
+                           status: Callable[[], dict[str, Any]] | None = None,
+                           replay_file: str | None = None) -> None:
+    """Add the ``/api/recordings`` routes to ``app`` (``recorder`` may be ``None`` in replay mode).
+
+    ``prepare()`` runs before a recording starts (the gateway starts its recorder lazily; it
+    raises an ``ApiError`` when there can be none); ``status()`` replaces ``recorder.status()``
+    (the gateway adds why it has no recorder); ``replay_file`` is the file a replay is
+    playing (it cannot be deleted meanwhile)."""
     directory = Path(directory)
+    if status is None and recorder is not None:
+        status = recorder.status
 
     def path_of(request: web.Request) -> Path:
         try:
@@ -70,40 +81,37 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
         return path
 
     def active_file() -> str | None:
-        if recorder is None:
+        if status is None:
             return None
-        st = recorder.status()
+        st = status()
         return st["file"] if st["state"] == "recording" else None
 
     async def get_list(request: web.Request) -> web.Response:
-        status = recorder.status() if recorder is not None else None
-        active = status["file"] if status and status["state"] == "recording" else None
+        st = status() if status is not None else None
+        active = st["file"] if st and st["state"] == "recording" else None
         items = await asyncio.to_thread(list_recordings, directory, active)
         for item in items:
-            if item.get("active") and status:
-                item["counts"] = status["messages_by_topic"]
-                item["size_bytes"] = status["bytes"]
-        return web.json_response({"recordings": items, "status": status})
+            if item.get("active") and st:
+                item["counts"] = st["messages_by_topic"]
+                item["size_bytes"] = st["bytes"]
+        return web.json_response({"recordings": items, "status": st, "replay_file": replay_file})
 
     async def get_status(request: web.Request) -> web.Response:
-        if recorder is None:
+        if status is None:
             raise ConflictError("no recorder in this mode (replay)", code="no_recorder")
-        return web.json_response(recorder.status())
+        return web.json_response(status())
 
     async def post_start(request: web.Request) -> web.Response:
         if authorize_operator is not None:
             await authorize_operator(request)
         if recorder is None:
             raise ConflictError("no recorder in this mode (replay)", code="no_recorder")
-        body: dict[str, Any] = {}
-        if request.can_read_body:
-            try:
-                body = await request.json()
-            except ValueError:
-                raise ValidationError("body must be a JSON object", code="malformed", status=400) from None
-        if not isinstance(body, dict) or set(body) - {"name"}:
+        body = await read_body(request)
+        if set(body) - {"name"}:
             raise ValidationError("body must be {} or {\"name\": str}", code="unknown_field")
         name = body.get("name")
+        if prepare is not None:
+            await prepare()
         try:
             file = recorder.start_recording(name)
         except ValueError as err:
@@ -115,7 +123,8 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
             await authorize_operator(request)
         if recorder is None:
             raise ConflictError("no recorder in this mode (replay)", code="no_recorder")
-        recorder.stop_recording()
+        if recorder.started:  # a recorder never started has nothing to stop
+            recorder.stop_recording()
         return web.json_response({"ok": True})
 
     async def download(request: web.Request) -> web.StreamResponse:
@@ -129,6 +138,8 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
         path = path_of(request)
         if path.name == active_file():
             raise ConflictError(f"{path.name} is being recorded; stop the recording first", code="recording_active")
+        if path.name == replay_file:
+            raise ConflictError(f"{path.name} is being replayed", code="recording_active")
         await asyncio.to_thread(path.unlink)
         return web.json_response({"ok": True, "deleted": path.name})
 
@@ -211,16 +222,6 @@ def replay_refusal(command: str = "command") -> ConflictError:
     return ConflictError(f"replay mode: no robot is attached, {command} refused", code="replay")
 
 
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError:
-        raise ValidationError("body must be a JSON object", code="malformed", status=400) from None
-    if not isinstance(body, dict):
-        raise ValidationError("body must be a JSON object", code="malformed", status=400)
-    return body
-
-
 def _finite_number(body: dict[str, Any], key: str) -> float:
     v = body.get(key)
     if v is None:
@@ -250,7 +251,10 @@ def setup_replay_routes(app: web.Application, source: Any,
             elif name == "pause":
                 source.pause()
             elif name == "seek":
-                body = await _json_object(request)
+                body = await read_body(request, allow_empty=False)
+                if not body:
+                    raise ValidationError('body must be {"t": unix seconds} or {"offset_s": seconds}',
+                                          code="missing_field")
                 if set(body) - {"t", "offset_s"} or len(body) != 1:
                     raise ValidationError('body must be {"t": unix seconds} or {"offset_s": seconds}',
                                           code="unknown_field")
@@ -258,7 +262,7 @@ def setup_replay_routes(app: web.Application, source: Any,
                      else source.start_t + _finite_number(body, "offset_s"))
                 await asyncio.to_thread(source.seek, t)
             elif name == "speed":
-                body = await _json_object(request)
+                body = await read_body(request, allow_empty=False)
                 if set(body) != {"speed"}:
                     raise ValidationError('body must be {"speed": x}', code="unknown_field")
                 try:

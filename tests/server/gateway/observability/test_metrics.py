@@ -32,7 +32,7 @@ def test_snapshot_and_events_become_metrics():
     snap = snapshot(100, 1_800_000_000.0)
     snap["loop"].update({"ticks": 5000, "missed": 7, "overruns": 3})
     m.update_from_snapshot(snap)
-    m.observe_jitter([20e-6, 80e-6, 3e-3, float("nan")])
+    m.update_loop_histogram({"buckets_us": [20, 100, 5000, 1e9], "counts": [1, 1, 1, 0], "ticks": 3})
     m.update_from_event({"kind": "safety", "trigger": "link_loss", "state_before": "running", "state_after": "estop"})
     m.update_from_event({"kind": "safety", "trigger": "link_loss", "state_before": "running", "state_after": "estop"})
     m.update_from_event({"kind": "safety", "trigger": "obstacle", "state_before": "running", "state_after": "stopping"})
@@ -50,8 +50,8 @@ def test_snapshot_and_events_become_metrics():
     assert s[("teleop_loop_overruns_total", ())] == 3
     assert s[("teleop_loop_rate_hertz", ())] == 100.0
     assert s[("teleop_loop_jitter_p99_seconds", ())] == pytest.approx(80e-6)
-    assert s[("teleop_loop_jitter_seconds_count", ())] == 3
     assert s[("teleop_loop_jitter_seconds_bucket", (("le", "0.0001"),))] == 2
+    assert s[("teleop_loop_jitter_seconds_bucket", (("le", "+Inf"),))] == 3
     assert s[("teleop_stops_total", (("trigger", "link_loss"),))] == 2
     assert s[("teleop_stops_total", (("trigger", "obstacle"),))] == 1
     assert ("teleop_stops_total", (("trigger", "outputs_zero"),)) not in s
@@ -68,6 +68,28 @@ def test_snapshot_and_events_become_metrics():
     assert s[("teleop_driver_health", (("driver", "firmata"), ("key", "ok")))] == 1
     assert not any(k[0] == "teleop_driver_health" and ("key", "link.port") in k[1] for k in s)
     assert s[("teleop_link_age_seconds", ())] == 0.01
+
+
+@pytest.mark.parametrize("hist", [{"buckets_us": [10, 5, 1e9], "counts": [1, 1, 1]},
+                                  {"buckets_us": [10, 1e9], "counts": [1]},
+                                  {"buckets_us": [10, 1e9], "counts": [1, -1]},
+                                  {"buckets_us": [10, 1e9], "counts": ["1", 2]},
+                                  {"buckets_us": list(range(1, 1000)), "counts": [0] * 999},
+                                  {"buckets_us": [10, float("nan")], "counts": [1, 1]}, [1, 2], {}])
+def test_a_malformed_loop_histogram_is_ignored(hist):
+    m = Metrics()
+    m.update_loop_histogram({"buckets_us": [10, 1e9], "counts": [4, 1]})
+    m.update_loop_histogram(hist)
+    s = samples(m)
+    assert s[("teleop_loop_jitter_seconds_bucket", (("le", "+Inf"),))] == 5  # the last good one stays
+
+
+def test_the_loop_histogram_carries_a_sum_when_the_runtime_keeps_one():
+    m = Metrics()
+    m.update_loop_histogram({"buckets_us": [10, 1e9], "counts": [4, 1], "sum_us": 250.0})
+    s = samples(m)
+    assert s[("teleop_loop_jitter_seconds_count", ())] == 5
+    assert s[("teleop_loop_jitter_seconds_sum", ())] == pytest.approx(250e-6)
 
 
 def test_counters_follow_a_runtime_restart_as_a_reset():
@@ -96,6 +118,7 @@ def test_hostile_label_values_are_bounded():
 async def test_metrics_route_serves_the_text_format():
     m = Metrics()
     m.update_from_snapshot(snapshot(1, 1.0))
+    m.update_loop_histogram({"buckets_us": [10, 1e9], "counts": [4, 1]})
     app = web.Application()
     app.router.add_get("/metrics", metrics_handler(m))
     runner = web.AppRunner(app)

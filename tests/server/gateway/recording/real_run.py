@@ -1,0 +1,75 @@
+"""A real recording for the replay tests: the simulated rover driven on the real server, and
+``python -m server replay FILE`` as a child process (talked to like :class:`ServerProc`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import tomllib
+from pathlib import Path
+
+import tomli_w
+
+from tests.conftest import DEFAULT_CONFIG, REPO, START_TIMEOUT_S, TEST_DEFAULTS, ServerProc, deep_merge, wait_until
+from tests.server.test_stop_paths import Heartbeat
+
+
+def write_config(directory: Path, overrides: dict) -> Path:
+    base = tomllib.loads((REPO / DEFAULT_CONFIG).read_text())
+    path = directory / "config.toml"
+    path.write_text(tomli_w.dumps(deep_merge(deep_merge(base, TEST_DEFAULTS), overrides)))
+    return path
+
+
+def record_driven_run(directory: Path, drive_s: float = 4.0) -> Path:
+    """Start the server recording into ``directory``, drive in a curve for about ``drive_s`` (as
+    counted by recorded snapshots), e-stop for about a second, reset, stop; returns the finished file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    srv = ServerProc(write_config(directory, {"recording": {"dir": str(directory / "rec"), "flush_s": 0.2}}))
+    srv.start()
+    try:
+        file = srv.post("/api/recordings/start", {"name": "replay-me"})[1]["file"]
+        with Heartbeat(srv, 0.1):
+            assert srv.post("/api/start")[0] == 200
+            assert srv.post("/api/speed", {"linear": 0.3, "angular": 0.4})[0] == 200
+            n0 = srv.get("/api/recordings/status")[1]["messages"]
+            wait_until(lambda: srv.get("/api/recordings/status")[1]["messages"] > n0 + drive_s * 50, 30,
+                       "a driven stretch recorded")
+            assert srv.post("/api/estop", {"reason": "end of the drive"})[0] == 200
+        wait_until(lambda: srv.state()["state"] == "estop", 10, "e-stopped")
+        n1 = srv.get("/api/recordings/status")[1]["messages"]
+        # a second of e-stop on record, so a replay shows it (the dashboard renders the newest snapshot only)
+        wait_until(lambda: srv.get("/api/recordings/status")[1]["messages"] > n1 + 50, 10, "e-stop recorded")
+        assert srv.post("/api/reset")[0] == 200
+        n1 = srv.get("/api/recordings/status")[1]["messages"]
+        wait_until(lambda: srv.get("/api/recordings/status")[1]["messages"] > n1 + 25, 10, "idle recorded")
+        assert srv.post("/api/recordings/stop")[0] == 200
+        wait_until(lambda: srv.get("/api/recordings/status")[1]["state"] == "idle", 10, "the file finished")
+    finally:
+        srv.stop()
+    return directory / "rec" / file
+
+
+class ReplayProc(ServerProc):
+    """``python -m server replay FILE`` in a child process (same helpers as :class:`ServerProc`)."""
+
+    def __init__(self, file: Path, config_path: Path, *extra: str) -> None:
+        super().__init__(config_path)
+        self.file = file
+        self.extra = extra
+
+    def start(self) -> "ReplayProc":
+        self._ready.clear()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server", "replay", str(self.file), "--config", str(self.config_path),
+             "--port", str(self.port), *self.extra],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+        if not self._ready.wait(START_TIMEOUT_S) or self.proc.poll() is not None:
+            out = "".join(self.output[-40:])
+            self.kill()
+            raise RuntimeError(f"replay did not start:\n{out}")
+        return self
