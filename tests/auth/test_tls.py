@@ -57,3 +57,28 @@ async def test_login_over_tls_sets_a_secure_host_cookie_and_hsts(start_gateway, 
         async with http.get(f"{origin}/api/auth/me", headers={"Cookie": f"__Host-teleop_session={token}"},
                             ssl=client_ctx) as resp:
             assert resp.status == 200 and (await resp.json())["user"] == "vera"
+
+
+async def test_behind_a_tls_terminating_proxy(start_gateway, users_file) -> None:
+    """What docs/deploy.md's Caddy and nginx examples send: Host, X-Forwarded-For and -Proto."""
+    gw = await start_gateway(users_file, trusted_proxies=["127.0.0.1"], allowed_hosts=["robot.example.org"])
+    proxy = {"Host": "robot.example.org", "X-Forwarded-For": "198.51.100.7", "X-Forwarded-Proto": "https"}
+    status, body, resp = await gw.request("POST", "/api/auth/login", origin="https://robot.example.org",
+                                          headers=proxy, json_body={"username": "olga",
+                                                                    "password": "correct horse battery"})
+    assert status == 200, body
+    assert "Secure" in resp.headers["Set-Cookie"] and resp.headers["Set-Cookie"].startswith("__Host-")
+    assert resp.headers["Strict-Transport-Security"].startswith("max-age=")
+    cookie = {"Cookie": f"__Host-teleop_session={resp.cookies['__Host-teleop_session'].value}",
+              "X-CSRF-Token": body["csrf_token"]}
+    status, body, _ = await gw.request("POST", "/api/lease/take", origin="https://robot.example.org",
+                                       headers={**proxy, **cookie}, json_body={})
+    assert status == 200, body
+    status, me, _ = await gw.request("GET", "/api/auth/me", headers={**proxy, **cookie})
+    assert me["remote"] == "198.51.100.7" and me["external"] is True
+    # the same request claiming https but not from a trusted proxy is plain http: the Origin does not match
+    untrusted = await start_gateway(users_file, allowed_hosts=["robot.example.org"])
+    status, body, _ = await untrusted.request("POST", "/api/auth/login", origin="https://robot.example.org",
+                                              headers=proxy, json_body={"username": "olga",
+                                                                        "password": "correct horse battery"})
+    assert status == 403 and body["error"]["code"] == "bad_origin"
