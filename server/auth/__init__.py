@@ -18,7 +18,8 @@ from server.auth.errors import AuthError
 from server.auth.lease import Lease, LeaseChange
 from server.auth.net import BindRefused, check_bind, is_local_network
 from server.auth.permissions import PermissionTable, Role, Rule, default_permissions
-from server.auth.service import AUTH_KEY, AuthService, Principal, setup_auth
+from server.auth.service import AUTH_KEY, AuthService, Principal
+from server.auth.setup import setup_auth
 from server.auth.users import UsersFileError
 
 __all__ = [

@@ -18,6 +18,7 @@ peer that is not a trusted proxy is the client, whatever headers it sends.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Iterable
 
@@ -39,6 +40,7 @@ class BindRefused(ValueError):
     """Listening beyond this machine without any user would hand the robot to the network."""
 
 
+@functools.lru_cache(maxsize=4096)  # every request parses its peer two or three times: memoise (bounded)
 def parse_ip(text: str | None) -> IPAddress | None:
     """An address without brackets, zone or IPv4-mapping; ``None`` when it is not one.
 
@@ -123,6 +125,7 @@ def check_bind(host: str, users_configured: bool) -> None:
         "(local mode: only this machine, no login). See docs/deploy.md.")
 
 
+@functools.lru_cache(maxsize=1024)
 def split_host(value: str) -> tuple[str, int | None]:
     """``Host`` header → (lower-case name or address without brackets, port or None).
 
@@ -159,6 +162,7 @@ def split_host(value: str) -> tuple[str, int | None]:
     return host, port
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_origin(value: str) -> tuple[str, str, int] | None:
     """``Origin`` header → (scheme, host, port) with the default port filled in; None for ``null``/garbage.
 

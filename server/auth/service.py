@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import socket
 import time
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Awaitable, Callable, Literal
 from urllib.parse import urlencode
 
@@ -94,8 +94,9 @@ class AuthService:
 
     def __init__(self, cfg: AuthConfig, *, bound_host: str, permissions: PermissionTable,
                  clock: Callable[[], float] = time.monotonic, hasher: argon2.PasswordHasher | None = None,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, housekeeping_s: float | None = 1.0) -> None:
         self.cfg = cfg
+        self.housekeeping_s = housekeeping_s
         self.bound_host = bound_host
         self.permissions = permissions
         self.clock = clock
@@ -114,6 +115,7 @@ class AuthService:
         self._sockets: dict[str, weakref.WeakSet] = {}
         self._tasks: set[asyncio.Task] = set()
         self._unlisted_warned: set[tuple[str, str]] = set()
+        self._refusals_logged: dict[tuple, float] = {}
         self.sessions.on_end.append(self._session_ended)
 
     # ------------------------------------------------------------------ public surface
@@ -328,8 +330,20 @@ class AuthService:
                 and err.code == "unauthenticated":
             self.clear_cookie(request, resp)
         if err.code in ("bad_host", "bad_origin", "forbidden") or err.status == 415:
-            log.info("refused %s %s from %s: %s", request.method, request.path, request.remote, err.message)
+            self._log_refusal(request, err)
         return resp
+
+    def _log_refusal(self, request: web.Request, err: AuthError) -> None:
+        """Log a cross-site or permission refusal once a minute per (code, path, address): an
+        attacking page may send thousands, and the log must stay readable."""
+        key = (err.code, request.path[:200], request.remote)
+        now = time.monotonic()
+        if now - self._refusals_logged.get(key, -math.inf) < 60.0:
+            return
+        if len(self._refusals_logged) > 1000:
+            self._refusals_logged.clear()
+        self._refusals_logged[key] = now
+        log.info("refused %s %s from %s: %s", request.method, request.path, request.remote, err.message)
 
     def middleware(self) -> Callable:
         @web.middleware
@@ -399,25 +413,28 @@ class AuthService:
         if was_local != self.local_mode:
             log.warning("%s", self.startup_notice())
 
+    async def housekeeping(self, period_s: float = 1.0) -> None:
+        """Forever: end expired sessions, let unanswered lease requests win, poll the users file."""
+        next_poll = 0.0
+        while True:
+            try:
+                self.sessions.sweep()
+                self.lease.expire()
+                now = time.monotonic()
+                if now >= next_poll:
+                    next_poll = now + self.cfg.users_poll_s
+                    await self.poll_users()
+            except Exception:
+                log.exception("auth housekeeping failed")
+            await asyncio.sleep(period_s)
+
     async def background(self, app: web.Application):
-        """cleanup_ctx: expiry sweeps every second, the users file every ``users_poll_s``."""
+        """cleanup_ctx: the dummy hash, then :meth:`housekeeping` (unless ``housekeeping_s`` is None)."""
         await asyncio.to_thread(self.users.dummy_hash)  # the first unknown-user login costs the same as the others
-
-        async def run() -> None:
-            next_poll = 0.0
-            while True:
-                try:
-                    self.sessions.sweep()
-                    self.lease.expire()
-                    now = time.monotonic()
-                    if now >= next_poll:
-                        next_poll = now + self.cfg.users_poll_s
-                        await self.poll_users()
-                except Exception:
-                    log.exception("auth housekeeping failed")
-                await asyncio.sleep(1.0)
-
-        task = asyncio.create_task(run(), name="auth-housekeeping")
+        if self.housekeeping_s is None:
+            yield
+            return
+        task = asyncio.create_task(self.housekeeping(self.housekeeping_s), name="auth-housekeeping")
         try:
             yield
         finally:
@@ -429,26 +446,4 @@ class AuthService:
         self.lease.listeners.append(fn)
 
 
-
 AUTH_KEY = web.AppKey("auth", AuthService)
-
-
-def setup_auth(app: web.Application, cfg: AuthConfig, *, bound_host: str, permissions: PermissionTable,
-               clock: Callable[[], float] = time.monotonic, hasher: argon2.PasswordHasher | None = None,
-               web_dir: Path | None = None) -> AuthService:
-    """Install the trust layer on ``app`` (before it starts) and return its service.
-
-    Adds the middleware (append it after the error middleware: it answers refusals
-    itself), the security-header hook, the login page, the auth, user and lease routes
-    (and their rules to ``permissions``), and the housekeeping task. Raises
-    :class:`server.auth.users.UsersFileError` when the users file exists but is unusable.
-    """
-    from server.auth.routes import add_routes
-
-    service = AuthService(cfg, bound_host=bound_host, permissions=permissions, clock=clock, hasher=hasher)
-    app[AUTH_KEY] = service
-    app.middlewares.append(service.middleware())
-    app.on_response_prepare.append(service.on_response_prepare)
-    app.cleanup_ctx.append(service.background)
-    add_routes(app, service, web_dir=web_dir)
-    return service

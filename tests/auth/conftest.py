@@ -111,7 +111,8 @@ async def telemetry_ws(request: web.Request) -> web.WebSocketResponse:
 
 
 def build_app(cfg: AuthConfig, clock: FakeClock, bound_host: str = "127.0.0.1",
-              extra_routes: tuple = ()) -> web.Application:
+              extra_routes: tuple = (), housekeeping_s: float | None = None) -> web.Application:
+    """The stand-in; no housekeeping task unless asked (tests advance the clock and sweep themselves)."""
     app = web.Application(middlewares=[error_middleware])
     app[ROBOT_KEY] = Robot()
     r = app.router
@@ -125,7 +126,7 @@ def build_app(cfg: AuthConfig, clock: FakeClock, bound_host: str = "127.0.0.1",
     for method, path, handler in extra_routes:
         r.add_route(method, path, handler)
     setup_auth(app, cfg, bound_host=bound_host, permissions=default_permissions(), clock=clock,
-               hasher=CHEAP_HASHER)
+               hasher=CHEAP_HASHER, housekeeping_s=housekeeping_s)
     return app
 
 
@@ -248,10 +249,10 @@ async def start_gateway(tmp_path: Path, clock: FakeClock):
     running: list[tuple[TestServer, aiohttp.ClientSession]] = []
 
     async def start(users_file: Path | None = None, bound_host: str = "127.0.0.1", ssl=None,
-                    extra_routes: tuple = (), **table: Any) -> Gateway:
+                    extra_routes: tuple = (), housekeeping_s: float | None = None, **table: Any) -> Gateway:
         table.setdefault("users_file", str(users_file or tmp_path / "no-users.json"))
         cfg = AuthConfig.from_table(table)
-        server = TestServer(build_app(cfg, clock, bound_host, extra_routes), host="127.0.0.1", port=0)
+        server = TestServer(build_app(cfg, clock, bound_host, extra_routes, housekeeping_s), host="127.0.0.1", port=0)
         await server.start_server(ssl=ssl)
         http = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
         running.append((server, http))

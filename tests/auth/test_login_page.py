@@ -176,19 +176,19 @@ def test_a_foreign_page_cannot_drive_a_local_mode_server(chromium, gateway) -> N
 
     attack.router.add_get("/", page_handler)
     port_box: list[int] = []
-    stop = threading.Event()
+    running: dict = {}
 
     def serve_attack() -> None:
         import asyncio
 
         async def main() -> None:
+            running["loop"], running["stop"] = asyncio.get_running_loop(), asyncio.Event()
             runner = web.AppRunner(attack, access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
             await site.start()
             port_box.append(site._server.sockets[0].getsockname()[1])
-            while not stop.is_set():
-                await asyncio.sleep(0.05)
+            await running["stop"].wait()
             await runner.cleanup()
 
         asyncio.run(main())
@@ -207,7 +207,8 @@ def test_a_foreign_page_cannot_drive_a_local_mode_server(chromium, gateway) -> N
         state = gw.local_get("/api/state")
         events = gw.local_get("/api/events?limit=100")["events"]
     finally:
-        stop.set()
+        if "loop" in running:
+            running["loop"].call_soon_threadsafe(running["stop"].set)
         thread.join(10)
     assert state["state"] == "idle", (state, results)
     assert not [e for e in events if e.get("kind") == "command"], events

@@ -149,3 +149,23 @@ async def test_reauth_required_after_reauth_s(start_gateway, users_file, clock) 
     assert status == 201, body
     assert gw.svc.users.get("newbie").role.value == "viewer"
 
+
+
+async def test_housekeeping_task_ends_expired_sessions_and_picks_up_cli_changes(start_gateway, users_file,
+                                                                                 clock) -> None:
+    gw = await start_gateway(users_file, housekeeping_s=0.05, users_poll_s=0.05, session_idle_s=60)
+    olga, vera = await gw.login("olga"), await gw.login("vera")
+    assert (await gw.request("POST", "/api/lease/take", olga))[0] == 200
+    lease_freed, vera_ended = asyncio.Event(), asyncio.Event()
+    gw.svc.on_lease_change(lambda change: lease_freed.set() if change.after is None else None)
+    gw.svc.sessions.on_end.append(lambda s, why: vera_ended.set() if s.user == "vera" else None)
+    clock.advance(30)
+    assert await state(gw, vera) == 200  # vera stays active; olga idles on
+    clock.advance(31)
+    await asyncio.wait_for(lease_freed.wait(), 10)  # no request needed: the task swept olga's session
+    assert await state(gw, olga) == 401
+    rc = await asyncio.to_thread(cli.main, ["users", "--file", str(users_file), "remove", "vera"],
+                                 io.StringIO(), io.StringIO())
+    assert rc == 0
+    await asyncio.wait_for(vera_ended.wait(), 10)
+    assert await state(gw, vera) == 401
