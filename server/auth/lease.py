@@ -142,12 +142,18 @@ class Lease:
     def release(self, session: str) -> None:
         """Give up the lease, or withdraw a request (idempotent)."""
         self.expire()
+        self._leave(session, "released")
+
+    def _leave(self, session: str, reason: str) -> None:
         if self.holds(session):
-            self._grant_pending_or_free("released")
+            self._grant_pending_or_free(reason)
         elif self.pending is not None and self.pending.session == session:
-            self.pending = None
-            self.version += 1
-            self._notify(LeaseChange("request_withdrawn", self.holder, self.holder))
+            self._clear_request("request_withdrawn")
+
+    def _clear_request(self, reason: str) -> None:
+        self.pending = None
+        self.version += 1
+        self._notify(LeaseChange(reason, self.holder, self.holder))
 
     def handover(self, session: str, accept: bool = True) -> None:
         """The holder answers the pending request."""
@@ -161,10 +167,8 @@ class Lease:
         if accept:
             self._grant_pending_or_free("handed_over")
         else:
-            self.pending = None
             self._holder_active = self.clock()
-            self.version += 1
-            self._notify(LeaseChange("denied", self.holder, self.holder))
+            self._clear_request("denied")
 
     def check(self, session: str | None) -> None:
         """May ``session`` drive now? Raises :class:`LeaseError` naming the holder; a pass counts as activity."""
@@ -196,12 +200,7 @@ class Lease:
             self._grant_pending_or_free("link_loss")
 
     def on_session_end(self, session: str) -> None:
-        if self.holds(session):
-            self._grant_pending_or_free("session_ended")
-        elif self.pending is not None and self.pending.session == session:
-            self.pending = None
-            self.version += 1
-            self._notify(LeaseChange("request_withdrawn", self.holder, self.holder))
+        self._leave(session, "session_ended")
 
     # ------------------------------------------------------------------ state
     def to_json(self) -> dict:
