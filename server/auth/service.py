@@ -209,8 +209,8 @@ class AuthService:
         scheme = "https" if self.https(request) else "http"
         return parsed == (scheme, host, port or (443 if scheme == "https" else 80))
 
-    def _check_cross_site(self, request: web.Request, host: str, port: int | None, rule: Rule) -> str | None:
-        """Steps 3: Sec-Fetch-Site and Origin. Returns the Origin header (None when absent)."""
+    def _check_cross_site(self, request: web.Request, host: str, port: int | None) -> str | None:
+        """Step 3: Sec-Fetch-Site and Origin. Returns the Origin header (None when absent)."""
         origin = request.headers.get("Origin")
         allowed_origin = origin is not None and self._origin_ok(request, origin, host, port)
         site = request.headers.get("Sec-Fetch-Site", "").lower()
@@ -296,7 +296,7 @@ class AuthService:
                 self._unlisted_warned.add((request.method, path))
                 log.error("route %s %s is not in the permission table: refused to everyone", request.method, path)
             raise Forbidden(f"{request.method} {path} is not in the permission table (default deny)")
-        origin = self._check_cross_site(request, host, port, rule)
+        origin = self._check_cross_site(request, host, port)
         state_changing = request.method in STATE_CHANGING
         if state_changing and not rule.estop:
             # an empty body is the same request whatever its Content-Type says (the Origin check covers it)
