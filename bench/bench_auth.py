@@ -29,9 +29,9 @@ from aiohttp import web  # noqa: E402
 from aiohttp.test_utils import TestServer, make_mocked_request  # noqa: E402
 
 from common import best_us  # noqa: E402
-from server.auth import AuthConfig, default_permissions, setup_auth  # noqa: E402
-from server.auth.service import PRINCIPAL_KEY  # noqa: E402
-from server.auth.users import UserStore  # noqa: E402
+from server.gateway.auth import AuthConfig, default_permissions, setup_auth  # noqa: E402
+from server.gateway.auth.service import PRINCIPAL_KEY  # noqa: E402
+from server.gateway.auth.users import UserStore  # noqa: E402
 
 CHEAP = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 

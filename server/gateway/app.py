@@ -24,6 +24,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from server import commands
 from server.config import REPO_ROOT, Profile
 from server.errors import ApiError, MalformedError, RuntimeDownError, ValidationError
+from server.gateway.auth.wiring import csrf_token, setup_trust
 from server.gateway.connections import ConnectionGuard
 from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import BODY_TIMEOUT, error_middleware, json_response, read_body, read_raw_body
@@ -228,7 +229,8 @@ async def index(request: web.Request) -> web.Response:
     except jinja2.TemplateNotFound:
         return web.Response(text="<!doctype html><title>teleop</title><h1>teleop</h1>"
                             "<p>See <a href='/api/state'>/api/state</a>.</p>", content_type="text/html")
-    html = template.render(title=desc["name"] if desc else "teleop (robot runtime down)", robot=desc)
+    html = template.render(title=desc["name"] if desc else "teleop (robot runtime down)", robot=desc,
+                           csrf_token=csrf_token(request))
     return web.Response(text=html, content_type="text/html")
 
 
@@ -248,6 +250,7 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
                         f'"state":{state_text(app).decode()}}}')
     hub.clients.add(client)
     writer = client.task = asyncio.create_task(client.writer(), name=f"ws-writer-{client.peer}")
+    Hooks.call(app[HOOKS].on_ws_open, request, client)
     bucket = app[BUCKETS].get(request.remote or "?")  # per address: reconnecting buys no fresh burst
     client.bucket = bucket
     last_refusal_reply = -math.inf
@@ -439,7 +442,10 @@ async def on_shutdown(app: web.Application) -> None:
     await app[HUB].stop()
 
 
-def create_app(profile: Profile, runtime: RuntimeClient) -> web.Application:
+def create_app(profile: Profile, runtime: RuntimeClient, *, bound_host: str | None = None,
+               **auth_options: Any) -> web.Application:
+    """The gateway app; ``bound_host`` is the address or name it listens on (the Host allow-list,
+    default ``server.host``); ``auth_options`` go to the trust layer (tests: ``hasher``)."""
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[PROFILE] = profile
     app[RUNTIME] = runtime
@@ -476,6 +482,8 @@ def create_app(profile: Profile, runtime: RuntimeClient) -> web.Application:
         setup_video(app, VideoService(camera_factory(context), profile.video), profile.server.writer_stall_s)
     static = WEB_DIR / "static"
     r.add_static("/static/", static, append_version=False)
+    setup_trust(app, profile.auth, bound_host=bound_host or profile.server.host, hooks=app[HOOKS], hub=app[HUB],
+                runtime=runtime, **auth_options)
     return app
 
 

@@ -1,20 +1,23 @@
 """The profile's ``[auth]`` table as one typed struct (msgspec), with a default for everything.
 
-An empty table is a working set-up: the users file is ``state/users.json`` (relative to
-the working directory, like ``server.state_dir``); while it holds no user the server runs
-in *local mode* (loopback only, every local client is an admin; ``docs/security.md``).
+Loaded with the other gateway tables by :func:`server.config.load_config` (``TABLES``
+names it), so an unknown key or a bad value stops start-up with the file and the key
+named, like every other table. An empty table is a working set-up: the users file is
+``state/users.json`` (relative to the working directory, like ``server.state_dir``);
+while it holds no user the server runs in *local mode* (loopback only, every local
+client is an admin; ``docs/security.md``).
 
 >>> cfg = AuthConfig.from_table({"session_idle_s": 600, "trusted_proxies": ["127.0.0.1"]})
 >>> cfg.session_idle_s, cfg.reauth_s, cfg.tls_enabled
 (600.0, 300.0, False)
->>> AuthConfig.from_table({"session_idel_s": 600})  # doctest: +ELLIPSIS
+>>> AuthConfig.from_table({"session_idel_s": 600})
 Traceback (most recent call last):
 ...
-server.auth.config.AuthConfigError: [auth] unknown key 'session_idel_s' (known: allowed_hosts, allowed_origins, ...)
+server.config.ConfigError: <defaults>: unknown key 'auth.session_idel_s'
 >>> AuthConfig.from_table({"trusted_proxies": ["10.0.0.0/33"]})
 Traceback (most recent call last):
 ...
-server.auth.config.AuthConfigError: [auth] trusted_proxies: '10.0.0.0/33' is not an IP address or network
+server.config.ConfigError: <defaults>: 'auth' trusted_proxies: '10.0.0.0/33' is not an IP address or network
 """
 
 from __future__ import annotations
@@ -25,14 +28,12 @@ from typing import Annotated, Any
 
 import msgspec
 
+from server.config import Table, load_config
+
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 
 _ORIGIN_RE = re.compile(r"^https?://[^/?#@\s]+$")
-
-
-class AuthConfigError(ValueError):
-    """The ``[auth]`` table cannot be used; the message names the key."""
 
 
 def parse_networks(values: list[str], key: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
@@ -50,7 +51,7 @@ def parse_networks(values: list[str], key: str) -> tuple[ipaddress.IPv4Network |
     return tuple(out)
 
 
-class AuthConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+class AuthConfig(Table, frozen=True):
     """Settings of users, sessions, login limits, cross-site defences, the lease and TLS."""
 
     users_file: str = "state/users.json"   # JSON, written atomically with mode 0600
@@ -91,19 +92,6 @@ class AuthConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_onl
         return bool(self.tls_cert and self.tls_key)
 
     @classmethod
-    def from_table(cls, table: dict[str, Any] | None, source: str = "") -> "AuthConfig":
-        """Validate the ``[auth]`` table; errors name ``source`` and the key."""
-        where = f"{source}: [auth]" if source else "[auth]"
-        table = table or {}
-        known = sorted(cls.__struct_fields__)
-        unknown = sorted(set(table) - set(known))
-        if unknown:
-            raise AuthConfigError(f"{where} unknown key {unknown[0]!r} (known: {', '.join(known)})")
-        try:
-            return msgspec.convert(table, cls)
-        except msgspec.ValidationError as err:
-            text = str(err)
-            m = re.search(r" - at `\$\.(\w+)", text)
-            if m:
-                text = f"{m.group(1)}: {text[:m.start()]}"
-            raise AuthConfigError(f"{where} {text}") from None
+    def from_table(cls, table: dict[str, Any] | None = None) -> "AuthConfig":
+        """The ``[auth]`` table on its own (tests, tools), validated like the profile's."""
+        return load_config(None, overrides={"auth": dict(table or {})}, tables=("auth",)).auth

@@ -24,7 +24,7 @@ with an injected clock, no I/O.
 >>> lease.check("s2")
 Traceback (most recent call last):
 ...
-server.auth.errors.LeaseError: alice drives (the control lease is held by alice)
+server.gateway.auth.errors.LeaseError: alice drives (the control lease is held by alice)
 >>> t[0] = 31.0; lease.expire(); lease.holder.user
 'bob'
 """
@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from server.auth.errors import LeaseError
+from server.gateway.auth.errors import LeaseError
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from server.auth import AUTH_KEY, AuthConfig, Role, default_permissions, setup_auth
-from server.auth.users import UserStore
-from server.errors import ApiError, error_middleware
+from server.gateway.auth import AUTH_KEY, AuthConfig, Role, default_permissions, setup_auth
+from server.gateway.auth.users import UserStore
+from server.errors import ApiError
+from server.gateway.http import error_middleware
 
 CHEAP_HASHER = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 PASSWORD = "correct horse battery"
@@ -122,7 +123,7 @@ def build_app(cfg: AuthConfig, clock: FakeClock, bound_host: str = "127.0.0.1",
     for name in ("start", "stop", "estop", "reset", "heartbeat", "speed"):
         r.add_post(f"/api/{name}", command_handler(name))
     r.add_get("/ws/telemetry", telemetry_ws)
-    r.add_static("/static/", Path(__file__).resolve().parents[2] / "web" / "static")
+    r.add_static("/static/", Path(__file__).resolve().parents[4] / "web" / "static")
     for method, path, handler in extra_routes:
         r.add_route(method, path, handler)
     setup_auth(app, cfg, bound_host=bound_host, permissions=default_permissions(), clock=clock,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.auth.errors import LeaseError
-from server.auth.lease import Lease, LeaseChange
-from tests.auth.conftest import FakeClock
+from server.gateway.auth.errors import LeaseError
+from server.gateway.auth.lease import Lease, LeaseChange
+from tests.server.gateway.auth.conftest import FakeClock
 
 SPEED = {"linear": 0.1, "angular": 0.0}
 

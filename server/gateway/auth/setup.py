@@ -9,10 +9,10 @@ from typing import Callable
 import argon2
 from aiohttp import web
 
-from server.auth.config import AuthConfig
-from server.auth.permissions import PermissionTable
-from server.auth.routes import add_routes
-from server.auth.service import AUTH_KEY, AuthService
+from server.gateway.auth.config import AuthConfig
+from server.gateway.auth.permissions import PermissionTable
+from server.gateway.auth.routes import add_routes
+from server.gateway.auth.service import AUTH_KEY, AuthService
 
 
 def setup_auth(app: web.Application, cfg: AuthConfig, *, bound_host: str, permissions: PermissionTable,
@@ -25,7 +25,7 @@ def setup_auth(app: web.Application, cfg: AuthConfig, *, bound_host: str, permis
     user and lease routes (and their rules to ``permissions``), and the housekeeping
     task (every ``housekeeping_s``; None: none, for tests that drive the clock).
     ``bound_host`` is the address or name the server listens on (Host allow-list).
-    Raises :class:`server.auth.users.UsersFileError` when the users file exists but
+    Raises :class:`server.gateway.auth.users.UsersFileError` when the users file exists but
     cannot be used. ``clock`` and ``hasher`` are for tests.
     """
     service = AuthService(cfg, bound_host=bound_host, permissions=permissions, clock=clock, hasher=hasher,

@@ -1,6 +1,6 @@
 """Today's real app (``server.app.create_app``) with the trust layer on, as a process, for the browser tests.
 
-``python tests/auth/real_gateway.py --users FILE [--port 0]`` prints
+``python tests/server/gateway/auth/real_gateway.py --users FILE [--port 0]`` prints
 ``teleop listening on http://127.0.0.1:PORT`` once it serves. This is the wiring the
 gateway will do (``docs/security.md``, "Wiring"), minus the websocket message checks
 inside the telemetry handler, which the lead adds there: here the socket's upgrade is
@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(REPO))
 
 
@@ -26,7 +26,7 @@ async def serve(users: str, port: int) -> None:
     from aiohttp import web
 
     from server.app import create_app
-    from server.auth import AuthConfig, check_bind, default_permissions, setup_auth
+    from server.gateway.auth import AuthConfig, check_bind, default_permissions, setup_auth
     from server.config import load_config
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stdout)

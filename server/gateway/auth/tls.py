@@ -7,7 +7,7 @@ type (``subjectAltName``: DNS names and IP addresses, always ``localhost``, 127.
 and ::1), uses an EC P-256 key, and is valid for 397 days (browsers refuse longer).
 The key file is written 0600.
 
-``python -m server.auth.tls CERT KEY [--host NAME_OR_IP ...]`` makes a pair by hand.
+``python -m server.gateway.auth.tls CERT KEY [--host NAME_OR_IP ...]`` makes a pair by hand.
 """
 
 from __future__ import annotations
@@ -21,12 +21,16 @@ import ssl
 import sys
 from pathlib import Path
 
-from server.auth.config import AuthConfig
-from server.auth.users import write_atomic
+from server.gateway.auth.config import AuthConfig
+from server.gateway.auth.users import write_atomic
 
 log = logging.getLogger(__name__)
 
 VALID_DAYS = 397
+
+
+class TlsError(ValueError):
+    """The certificate or key cannot be used (the message names the files)."""
 
 
 def make_self_signed(cert_path: str | Path, key_path: str | Path, hosts: list[str] | None = None,
@@ -69,7 +73,7 @@ def make_self_signed(cert_path: str | Path, key_path: str | Path, hosts: list[st
 
 def ssl_context(cfg: AuthConfig, hosts: list[str] | None = None) -> ssl.SSLContext | None:
     """The server's TLS context, or None when TLS is off. Makes the self-signed pair when
-    ``tls_self_signed`` and the files are missing. Raises ``ValueError`` naming a bad file."""
+    ``tls_self_signed`` and the files are missing. Raises :class:`TlsError` naming a bad file."""
     if not cfg.tls_enabled:
         return None
     cert, key = Path(cfg.tls_cert), Path(cfg.tls_key)
@@ -80,12 +84,12 @@ def ssl_context(cfg: AuthConfig, hosts: list[str] | None = None) -> ssl.SSLConte
     try:
         ctx.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as err:
-        raise ValueError(f"[auth] tls_cert {cert} / tls_key {key} cannot be used: {err}") from None
+        raise TlsError(f"[auth] tls_cert {cert} / tls_key {key} cannot be used: {err}") from None
     return ctx
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m server.auth.tls", description="Make a self-signed certificate.")
+    p = argparse.ArgumentParser(prog="python -m server.gateway.auth.tls", description="Make a self-signed certificate.")
     p.add_argument("cert", help="certificate file to write (PEM)")
     p.add_argument("key", help="private key file to write (PEM, mode 0600)")
     p.add_argument("--host", action="append", default=[], help="a DNS name or IP address clients use (repeat)")

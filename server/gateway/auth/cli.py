@@ -15,13 +15,13 @@ import argparse
 import getpass
 import json
 import sys
-import tomllib
 from pathlib import Path
 from typing import TextIO
 
-from server.auth.config import AuthConfig, AuthConfigError
-from server.auth.permissions import Role
-from server.auth.users import UserError, UsersFileError, UserStore
+from server.config import ConfigError, load_config
+from server.gateway.auth.config import AuthConfig
+from server.gateway.auth.permissions import Role
+from server.gateway.auth.users import UserError, UsersFileError, UserStore
 
 
 class CliError(Exception):
@@ -71,10 +71,9 @@ def users_file(args: argparse.Namespace) -> Path:
         return Path(args.file)
     if args.config:
         try:
-            table = tomllib.loads(Path(args.config).read_text(encoding="utf-8")).get("auth", {})
-            return Path(AuthConfig.from_table(table, source=args.config).users_file)
-        except (OSError, tomllib.TOMLDecodeError, AuthConfigError) as err:
-            raise CliError(f"cannot read the profile {args.config}: {err}") from None
+            return Path(load_config(args.config, tables=("auth",)).auth.users_file)
+        except ConfigError as err:
+            raise CliError(f"cannot read the profile: {err}") from None
     return Path(AuthConfig().users_file)
 
 

@@ -1,4 +1,4 @@
-"""``python -m server users …`` (server.auth.cli) and the users file it writes.
+"""``python -m server users …`` (server.gateway.auth.cli) and the users file it writes.
 
 Passwords come from standard input (``--password-stdin``) or the prompt (``getpass``,
 fed here through monkeypatch: the prompt is the only thing replaced, the file and the
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from server.auth import cli
-from server.auth.users import UserError, UserStore
-from tests.auth.conftest import CHEAP_HASHER
+from server.gateway.auth import cli
+from server.gateway.auth.users import UserError, UserStore
+from tests.server.gateway.auth.conftest import CHEAP_HASHER
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def run(path: Path, *args: str, stdin: str = "") -> tuple[int, str]:
@@ -153,7 +153,7 @@ def test_concurrent_writers_lose_nothing(tmp_path) -> None:
 
 def test_cli_as_a_real_process(tmp_path) -> None:
     path = tmp_path / "users.json"
-    proc = subprocess.run([sys.executable, "-m", "server.auth.cli", "users", "--file", str(path), "add", "bot",
+    proc = subprocess.run([sys.executable, "-m", "server.gateway.auth.cli", "users", "--file", str(path), "add", "bot",
                            "--role", "operator", "--password-stdin"], input="from a script\n", text=True,
                           capture_output=True, cwd=REPO, timeout=60, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr

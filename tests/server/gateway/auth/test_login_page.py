@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from server.auth.users import UserStore
-from tests.auth.conftest import CHEAP_HASHER, PASSWORD
+from server.gateway.auth.users import UserStore
+from tests.server.gateway.auth.conftest import CHEAP_HASHER, PASSWORD
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 CHROMIUM = os.environ.get("TELEOP_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -35,7 +35,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 class Gateway:
     def __init__(self, users: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(REPO / "tests/auth/real_gateway.py"), "--users", str(users)],
+        self.proc = subprocess.Popen([sys.executable, str(REPO / "tests/server/gateway/auth/real_gateway.py"), "--users", str(users)],
                                      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.output: list[str] = []
         self.url = ""

@@ -22,7 +22,7 @@ import functools
 import ipaddress
 from typing import Iterable
 
-from server.auth.config import parse_networks
+from server.gateway.auth.config import parse_networks
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -112,7 +112,7 @@ def check_bind(host: str, users_configured: bool) -> None:
     >>> check_bind("0.0.0.0", False)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    server.auth.net.BindRefused: refusing to listen on 0.0.0.0 with no user configured: ...
+    server.gateway.auth.net.BindRefused: refusing to listen on 0.0.0.0 with no user configured: ...
     """
     if users_configured or is_loopback_host(host):
         return

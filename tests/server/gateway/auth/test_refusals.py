@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.auth.conftest import FOREIGN_HOST, FOREIGN_ORIGIN, Creds, Gateway
+from tests.server.gateway.auth.conftest import FOREIGN_HOST, FOREIGN_ORIGIN, Creds, Gateway
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+DOC = Path(__file__).resolve().parents[4] / "docs" / "security.md"
 START, END = "<!-- refusal-table:start -->", "<!-- refusal-table:end -->"
 
 COLUMNS = ["no credentials", "viewer", "operator without lease", "operator with lease", "admin",

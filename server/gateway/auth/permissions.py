@@ -66,6 +66,7 @@ class Rule:
     reauth: bool = False
     page: bool = False
     estop: bool = False
+    stream: bool = False     # a websocket or a streaming response: ended when its session ends
 
     @property
     def public(self) -> bool:
@@ -85,6 +86,7 @@ PUBLIC = Rule(None)
 PAGE_PUBLIC = Rule(None, page=True)
 VIEWER = Rule(Role.VIEWER)
 PAGE = Rule(Role.VIEWER, page=True)
+STREAM = Rule(Role.VIEWER, stream=True)
 OPERATOR = Rule(Role.OPERATOR)
 LEASE = Rule(Role.OPERATOR, lease=True)
 ADMIN = Rule(Role.ADMIN)
@@ -143,10 +145,12 @@ class PermissionTable:
         have = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource is not None}
         return sorted(((m, p) for (m, p) in self._routes if (m, p) not in have), key=lambda mp: (mp[1], mp[0]))
 
-    def to_markdown(self) -> str:
-        """The table as Markdown for ``docs/security.md``."""
+    def to_markdown(self, app: web.Application | None = None) -> str:
+        """The table as Markdown for ``docs/security.md`` (with ``app``: only the routes it has)."""
+        have = None if app is None else {(r.method, r.resource.canonical) for r in app.router.routes()
+                                         if r.resource is not None}
         lines = ["| method | path | needs |", "|---|---|---|"]
-        lines += [f"| {m} | `{p}` | {r.label} |" for m, p, r in self.routes()]
+        lines += [f"| {m} | `{p}` | {r.label} |" for m, p, r in self.routes() if have is None or (m, p) in have]
         lines += ["", "| websocket | message type | needs |", "|---|---|---|"]
         lines += [f"| `{p}` | `{t}` | {r.label} |" for p, t, r in self.ws_messages()]
         return "\n".join(lines)
@@ -157,8 +161,9 @@ def add_routes(table: PermissionTable, rules: Iterable[tuple[str, str, Rule]]) -
         table.route(method, path, rule)
 
 
-# The routes of today's server (server/app.py, server/video.py, server/navigation.py).
-# The auth package's own routes are added by setup_auth.
+# The gateway's routes (server/gateway/app.py, video/routes.py, navigation.py); the auth package's
+# own routes are added by setup_auth. A route added to the gateway needs a line here (or a
+# ``table.route(...)`` call from the code that adds it): without one it answers 403 to everyone.
 APP_ROUTES: tuple[tuple[str, str, Rule], ...] = (
     ("GET", "/", PAGE),
     ("GET", "/static", PUBLIC),                 # JS/CSS: the login page needs them; no secrets in them
@@ -175,18 +180,42 @@ APP_ROUTES: tuple[tuple[str, str, Rule], ...] = (
     ("POST", "/api/heartbeat", LEASE),          # a non-holder's heartbeat must not keep the link alive
     ("POST", "/api/speed", LEASE),
     ("POST", "/api/estop", ESTOP),
-    ("GET", "/ws/telemetry", VIEWER),
+    ("GET", "/ws/telemetry", STREAM),
     ("POST", "/api/heading", LEASE),            # an automatic motion
     ("POST", "/api/calibration/magnetometer", ADMIN_LEASE_REAUTH),  # moves the robot and stores a setting
     ("POST", "/api/calibration/uwb", ADMIN_REAUTH),
     ("GET", "/api/calibration", VIEWER),
-    ("GET", "/ws/video", VIEWER),
-    ("GET", "/video.mjpeg", VIEWER),
+    ("GET", "/ws/video", STREAM),
+    ("GET", "/video.mjpeg", STREAM),
     ("GET", "/api/video/snapshot.jpg", VIEWER),
     ("GET", "/api/video", VIEWER),
     ("PUT", "/api/video", ADMIN_REAUTH),
     ("POST", "/api/debug/block", ADMIN),         # only with [debug] routes = true (tests)
     ("POST", "/api/debug/driver", ADMIN),
+)
+
+# Issue 11's routes (server/gateway/recording, observability), for when they are wired: watching and
+# downloading is for viewers, recording for operators (it does not move the robot, so no lease),
+# deleting for admins; replay moves the dashboard's playback, not the robot. /metrics names
+# clients and users: admin (a local Prometheus is the local admin in local mode).
+FEATURE_ROUTES: tuple[tuple[str, str, Rule], ...] = (
+    ("GET", "/api/recordings", VIEWER),
+    ("GET", "/api/recordings/status", VIEWER),
+    ("POST", "/api/recordings/start", OPERATOR),
+    ("POST", "/api/recordings/stop", OPERATOR),
+    ("GET", "/api/recordings/{file}", VIEWER),
+    ("DELETE", "/api/recordings/{file}", ADMIN_REAUTH),
+    ("GET", "/api/recordings/{file}/info", VIEWER),
+    ("GET", "/api/recordings/{file}/csv", VIEWER),
+    ("GET", "/api/recordings/{file}/report", VIEWER),
+    ("GET", "/api/recordings/{file}/report.html", VIEWER),
+    ("GET", "/api/recordings/{file}/events", VIEWER),
+    ("GET", "/api/replay", VIEWER),
+    ("POST", "/api/replay/play", OPERATOR),
+    ("POST", "/api/replay/pause", OPERATOR),
+    ("POST", "/api/replay/seek", OPERATOR),
+    ("POST", "/api/replay/speed", OPERATOR),
+    ("GET", "/metrics", ADMIN),
 )
 
 WS_MESSAGES: tuple[tuple[str, str, Rule], ...] = (
@@ -202,9 +231,10 @@ WS_MESSAGES: tuple[tuple[str, str, Rule], ...] = (
 
 
 def default_permissions() -> PermissionTable:
-    """The proposed table for every route and websocket message of today's server."""
+    """The table of every route and websocket message of the gateway (and of issue 11's features)."""
     table = PermissionTable()
     add_routes(table, APP_ROUTES)
+    add_routes(table, FEATURE_ROUTES)
     for path, msg_type, rule in WS_MESSAGES:
         table.ws(path, msg_type, rule)
     return table

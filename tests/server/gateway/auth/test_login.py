@@ -8,8 +8,8 @@ import argon2
 import pyotp
 import pytest
 
-from server.auth.users import UserStore
-from tests.auth.conftest import CHEAP_HASHER, PASSWORD, Gateway
+from server.gateway.auth.users import UserStore
+from tests.server.gateway.auth.conftest import CHEAP_HASHER, PASSWORD, Gateway
 
 
 async def attempt(gw: Gateway, user: str, password: str, forwarded_for: str | None = None, **extra):
@@ -146,13 +146,13 @@ async def test_bearer_token_for_scripts(start_gateway, users_file) -> None:
 
 @pytest.mark.parametrize("body, status, code", [
     (b"x" * 20000, 413, "too_large"),
-    (b"[" * 5000 + b"]" * 5000, 422, "wrong_type"),
-    (b"{\"username\": " + b"[" * 5000, 422, "wrong_type"),
+    (b"[" * 5000 + b"]" * 5000, 400, "malformed"),   # the gateway's one body reader: nested too deeply
+    (b"{\"username\": " + b"[" * 5000, 400, "malformed"),
     (b"{\"username\": \"vera\", \"password\": \"x\"", 400, "malformed"),
     (b"not json", 400, "malformed"),
     (b"{\"username\": \"vera\"}", 422, "missing_field"),
     (b"{\"username\": \"vera\", \"password\": \"x\", \"admin\": true}", 422, "unknown_field"),
-    (b"{\"username\": \"" + b"v" * 100 + b"\", \"password\": \"x\"}", 422, "out_of_limits"),
+    (b"{\"username\": \"" + b"v" * 100 + b"\", \"password\": \"x\"}", 422, "invalid"),
     (b"{\"username\": 1, \"password\": \"x\"}", 422, "wrong_type"),
 ])
 async def test_hostile_login_bodies_are_refused_cleanly(start_gateway, users_file, body, status, code) -> None:

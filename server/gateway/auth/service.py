@@ -34,7 +34,6 @@ import logging
 import math
 import socket
 import time
-import weakref
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Literal
 from urllib.parse import urlencode
@@ -42,16 +41,16 @@ from urllib.parse import urlencode
 import argon2
 from aiohttp import web
 
-from server.auth import net
-from server.auth.config import AuthConfig, parse_networks
-from server.auth.errors import AuthError, BadHost, BadRequestOrigin, Forbidden, Unauthenticated, \
+from server.gateway.auth import net
+from server.gateway.auth.config import AuthConfig, parse_networks
+from server.gateway.auth.errors import AuthError, BadHost, BadRequestOrigin, Forbidden, Unauthenticated, \
     UnsupportedMediaType
-from server.auth.headers import apply_security_headers
-from server.auth.lease import Lease, LeaseChange
-from server.auth.permissions import STATE_CHANGING, PermissionTable, Role, Rule
-from server.auth.ratelimit import LoginLimiter
-from server.auth.sessions import Session, SessionStore
-from server.auth.users import UserStore
+from server.gateway.auth.headers import apply_security_headers
+from server.gateway.auth.lease import Lease, LeaseChange
+from server.gateway.auth.permissions import STATE_CHANGING, PermissionTable, Role, Rule
+from server.gateway.auth.ratelimit import LoginLimiter
+from server.gateway.auth.sessions import Session, SessionStore
+from server.gateway.auth.users import UserStore
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +88,14 @@ PRINCIPAL_KEY = web.RequestKey("teleop_principal", Principal) if hasattr(web, "R
     else "teleop.auth.principal"
 
 
+def startup_notice(users: UserStore) -> str:
+    """Local mode and how to leave it, or how many users may log in."""
+    if not users.configured:
+        return (f"local mode: no user in {users.path}; only this machine may connect, as admin. "
+                "Add a user to allow others: python -m server users add NAME --role admin")
+    return f"login required: {len(users.names())} user(s) in {users.path}"
+
+
 class AuthService:
     """Users, sessions, login limits, the lease and the request checks of one gateway."""
 
@@ -112,7 +119,8 @@ class AuthService:
         self.allowed_origins = frozenset(net.parse_origin(o) for o in cfg.allowed_origins)
         self.hash_slots = asyncio.Semaphore(2)   # argon2 is 64 MiB and ~0.1 s of CPU per check
         self.hash_waiting = 0
-        self._sockets: dict[str, weakref.WeakSet] = {}
+        # session id → {id(request): how to end that stream} for websockets and streaming responses
+        self._streams: dict[str, dict[int, Callable[[], Awaitable[None] | None]]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._unlisted_warned: set[tuple[str, str]] = set()
         self._refusals_logged: dict[tuple, float] = {}
@@ -153,11 +161,21 @@ class AuthService:
         self._authorize(principal, rule)
         return principal
 
-    def track_ws(self, request: web.Request, ws: web.WebSocketResponse) -> None:
-        """Close ``ws`` (code 4401) when the session that opened it ends (logout, expiry, revocation)."""
+    def track_ws(self, request: web.Request, ws: web.WebSocketResponse,
+                 close: Callable[[int, bytes], Awaitable[None]] | None = None) -> None:
+        """Close ``ws`` with code 4401 when the session that opened it ends (logout, expiry,
+        revocation), through ``close(code, message)`` when given (a socket with its own writer task
+        must stop the writer before the close frame). Other streams of a session (the video socket,
+        MJPEG) are dropped at the transport by the middleware without this call."""
         principal = self.principal(request)
-        if principal is not None and principal.session is not None:
-            self._sockets.setdefault(principal.session.id, weakref.WeakSet()).add(ws)
+        if principal is None or principal.session is None:
+            return
+        closer = close or ws.close
+
+        def end() -> Awaitable[None]:
+            return closer(code=WS_CLOSE_SESSION_ENDED, message=b"session ended: log in again")
+
+        self._streams.setdefault(principal.session.id, {})[id(request)] = end
 
     def lease_json(self, request: web.Request | None = None) -> dict:
         """The lease state; with a request, ``"you"`` says whether its sender holds or asked for it."""
@@ -171,10 +189,7 @@ class AuthService:
 
     def startup_notice(self) -> str:
         """One line for the log at start-up: local mode or how many users."""
-        if self.local_mode:
-            return (f"local mode: no user in {self.users.path}; only this machine may connect, as admin. "
-                    "Add a user to allow others: python -m server users add NAME --role admin")
-        return f"login required: {len(self.users.names())} user(s) in {self.users.path}"
+        return startup_notice(self.users)
 
     # ------------------------------------------------------------------ request checks
     def https(self, request: web.Request) -> bool:
@@ -319,7 +334,17 @@ class AuthService:
                 raise AuthError(f"missing or wrong {CSRF_HEADER} header (GET /api/auth/me gives the token)",
                                 code="csrf_failed", status=403)
         self._authorize(principal, rule)
-        return await handler(request)
+        if not rule.stream or principal.session is None:
+            return await handler(request)
+        # a websocket or a stream lives as long as its session: registered here, ended by _session_ended
+        streams = self._streams.setdefault(principal.session.id, {})
+        streams[id(request)] = lambda: self._drop_transport(request)
+        try:
+            return await handler(request)
+        finally:
+            streams.pop(id(request), None)
+            if not streams and self._streams.get(principal.session.id) is streams:
+                del self._streams[principal.session.id]
 
     def _refusal(self, request: web.Request, err: AuthError) -> web.Response:
         headers = dict(err.headers)
@@ -375,17 +400,24 @@ class AuthService:
     def _session_ended(self, session: Session, reason: str) -> None:
         log.info("session %s of %s ended: %s", session.id, session.user, reason)
         self.lease.on_session_end(session.id)
-        sockets = self._sockets.pop(session.id, None)
-        if not sockets:
+        streams = self._streams.pop(session.id, None)
+        if not streams:
             return
         try:
-            aio = asyncio.get_running_loop()
+            asyncio.get_running_loop()  # no loop (shutdown): nothing to close
         except RuntimeError:
             return
-        for ws in list(sockets):
-            task = aio.create_task(ws.close(code=WS_CLOSE_SESSION_ENDED, message=f"session ended: {reason}".encode()))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        for end in list(streams.values()):
+            result = end()
+            if result is not None:
+                task = asyncio.ensure_future(result)
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    def _drop_transport(request: web.Request) -> None:
+        if request.transport is not None:
+            request.transport.close()
 
     def users_changed(self, changed: set[str]) -> None:
         """After a reload: end the sessions of users whose credentials changed or who left."""

@@ -8,8 +8,8 @@ import stat
 import aiohttp
 import pytest
 
-from server.auth import AuthConfig
-from server.auth.tls import make_self_signed, ssl_context
+from server.gateway.auth import AuthConfig
+from server.gateway.auth.tls import make_self_signed, ssl_context
 
 
 def test_self_signed_pair_is_made_on_request(tmp_path) -> None:

@@ -44,7 +44,7 @@ import argon2
 import msgspec
 import pyotp
 
-from server.auth.permissions import Role
+from server.gateway.auth.permissions import Role
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def check_name(name: str) -> str:
     >>> check_name("al ice")
     Traceback (most recent call last):
     ...
-    server.auth.users.UserError: user name 'al ice' must be 1-32 characters of a-z, 0-9, '.', '_', '-' (starting with a letter or digit)
+    server.gateway.auth.users.UserError: user name 'al ice' must be 1-32 characters of a-z, 0-9, '.', '_', '-' (starting with a letter or digit)
     """
     if not isinstance(name, str) or not NAME_RE.match(name.lower()):
         raise UserError(f"user name {name!r} must be 1-32 characters of a-z, 0-9, '.', '_', '-' "

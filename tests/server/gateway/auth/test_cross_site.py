@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from server.auth.headers import CSP
-from tests.auth.conftest import FOREIGN_ORIGIN
+from server.gateway.auth.headers import CSP
+from tests.server.gateway.auth.conftest import FOREIGN_ORIGIN
 
 SPEED = {"linear": 0.1, "angular": 0.0}
 

@@ -29,16 +29,16 @@ from server.errors import ApiError
 
 
 class AuthError(ApiError):
-    """A refusal by the trust layer. ``headers`` go on the HTTP response (Retry-After)."""
+    """A refusal by the trust layer. ``headers`` go on the HTTP response (Retry-After); ``details``
+    (the lease state, for a lease refusal) go in the error object."""
 
     status = 401
     code = "unauthenticated"
 
     def __init__(self, message: str, *, code: str | None = None, status: int | None = None,
                  headers: dict[str, str] | None = None, details: dict | None = None) -> None:
-        super().__init__(message, code=code, status=status)
+        super().__init__(message, code=code, status=status, details=details)
         self.headers = headers or {}
-        self.details = details
 
     def to_json(self) -> dict:
         out = super().to_json()

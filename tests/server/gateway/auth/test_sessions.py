@@ -7,8 +7,8 @@ import io
 
 import aiohttp
 
-from server.auth import cli
-from tests.auth.conftest import PASSWORD, Gateway
+from server.gateway.auth import cli
+from tests.server.gateway.auth.conftest import PASSWORD, Gateway
 
 SPEED = {"linear": 0.1, "angular": 0.0}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.auth import BindRefused, check_bind
-from server.auth.users import UserStore
-from tests.auth.conftest import CHEAP_HASHER, FOREIGN_HOST, FOREIGN_ORIGIN, PASSWORD
+from server.gateway.auth import BindRefused, check_bind
+from server.gateway.auth.users import UserStore
+from tests.server.gateway.auth.conftest import CHEAP_HASHER, FOREIGN_HOST, FOREIGN_ORIGIN, PASSWORD
 
 SPEED = {"linear": 0.1, "angular": 0.0}
 
