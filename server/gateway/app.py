@@ -112,7 +112,11 @@ async def run_command(app: web.Application, name: str, body: dict[str, Any], sou
     if name in ("start", "stop", "reset", "heartbeat"):
         commands.parse_bare(body, envelope)
         return await rt.request(name)
-    raise ValidationError(f"unknown command {name!r}; known: {', '.join(commands.COMMANDS)}", code="unknown_command")
+    raise unknown_command(name)
+
+
+def unknown_command(name: str) -> ValidationError:
+    return ValidationError(f"unknown command {name!r}; known: {', '.join(commands.COMMANDS)}", code="unknown_command")
 
 
 def record_command(request: web.Request, name: str, body: Any, source: str, result: dict[str, Any] | None = None,
@@ -353,6 +357,8 @@ async def handle_ws_message(app: web.Application, text: str, request: web.Reques
             raise ValidationError("id must be a string or an integer", code="wrong_type")
         if not isinstance(kind, str):
             raise ValidationError("type is required and must be a string", code="missing_field")
+        if kind != "ping" and kind not in commands.COMMANDS:
+            raise unknown_command(kind)  # before authorisation: a type nobody handles is no permission question
         authorize = app[HOOKS].authorize_ws
         if authorize is not None and request is not None:
             authorize(request, kind)

@@ -2,74 +2,19 @@
 // admin's forced take asks for a second click), who I am, log out, and a warning when
 // this session comes from outside the local network.
 //
-// Mount: <section class="panel" id="lease-panel" data-panel-module="lease.js"
-//          data-panel-factory="createLease"></section>
-// setState(snapshot | null) like every panel: the lease comes from snapshot.lease when
-// the telemetry carries it, else from GET /api/lease (polled while connected).
-//
-// apiFetch() is the one way this page sends a state-changing request: JSON body, the
-// session's CSRF token in X-CSRF-Token (the server refuses cookie requests without it),
-// same-origin credentials; it resolves {ok, status, data | error} and never throws.
+// Mount: <div id="lease-panel" data-panel-module="lease.js" data-panel-factory="createLease">
+// (inside the Drive panel, so it stays next to the controls at every width).
+// The lease arrives as its own telemetry-socket message, {"type": "lease", "data": ...},
+// when the socket opens and on every change (the session module emits "lease"), and in
+// the answers of the lease routes. setState(snapshot | null) only says connected or not.
+// While this page may not drive (someone else holds the lease), the session sends no
+// speed or heartbeat: they would only be refused.
 
-const CSRF_HEADER = "X-CSRF-Token";
-const POLL_MS = 2000;
+import { apiFetch, goToLogin, whoAmI } from "./api.js";
+
 const CONFIRM_MS = 4000;
 
 let me = null;          // GET /api/auth/me
-let mePromise = null;
-
-/** Who am I (cached; refresh=true asks again). Resolves null when not logged in. */
-export function whoAmI(refresh = false) {
-  if (!mePromise || refresh) {
-    mePromise = fetch("/api/auth/me", { credentials: "same-origin", cache: "no-store" })
-      .then((r) => (r.ok ? r.json() : null))
-      .catch(() => null)
-      .then((m) => { me = m; return m; });
-  }
-  return mePromise;
-}
-
-/** The CSRF token: from <meta name="csrf-token"> when the page has one, else from /api/auth/me. */
-export async function csrfToken() {
-  const meta = document.querySelector('meta[name="csrf-token"]');
-  if (meta && meta.content) return meta.content;
-  const m = me || (await whoAmI());
-  return (m && m.csrf_token) || "";
-}
-
-/** POST/PUT/DELETE with a JSON body and the CSRF token. Resolves {ok, status, data, error}. */
-export async function apiFetch(path, { method = "POST", body = undefined } = {}) {
-  const headers = { "Content-Type": "application/json" };
-  const token = await csrfToken();
-  if (token) headers[CSRF_HEADER] = token;
-  try {
-    const r = await fetch(path, {
-      method,
-      headers,
-      body: body === undefined ? "{}" : JSON.stringify(body),
-      credentials: "same-origin",
-      cache: "no-store",
-    });
-    const data = await r.json().catch(() => null);
-    if (r.ok) return { ok: true, status: r.status, data };
-    if (r.status === 401 && data && data.error && data.error.code === "unauthenticated") {
-      goToLogin();
-    }
-    return { ok: false, status: r.status, error: (data && data.error) || { code: "http_" + r.status, message: r.statusText } };
-  } catch (err) {
-    return { ok: false, status: 0, error: { code: "network", message: String(err && err.message || err) } };
-  }
-}
-
-/** Renew the password check that user and settings changes need (401 reauth_required). */
-export function reauthenticate(password, otp = null) {
-  return apiFetch("/api/auth/reauth", { body: otp ? { password, otp } : { password } });
-}
-
-export function goToLogin() {
-  const next = window.location.pathname + window.location.search;
-  window.location.assign("/login?next=" + encodeURIComponent(next));
-}
 
 function el(tag, attrs = {}, text = "") {
   const e = document.createElement(tag);
@@ -84,9 +29,10 @@ function sinceText(epochS) {
   return `since ${d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })}`;
 }
 
-export function createLease({ root }) {
+export function createLease({ root, session }) {
   root.classList.add("lease-panel");
-  const h = el("h2", { id: "lease-h" }, "Control");
+  root.setAttribute("role", "region");
+  const h = el("h3", { id: "lease-h", class: "lease-title" }, "Control");
   const who = el("p", { class: "lease-who", "data-field": "who", role: "status", "aria-live": "polite" });
   const request = el("p", { class: "lease-request", "data-field": "request", role: "alert", hidden: "" });
   const buttons = el("div", { class: "buttons lease-buttons" });
@@ -112,9 +58,7 @@ export function createLease({ root }) {
 
   let lease = null;
   let connected = false;
-  let pollTimer = null;
   let forceArmedUntil = 0;
-  let lastSnapLeaseAt = 0;
 
   function show(b, on) {
     if (b.hidden === on) b.hidden = !on;
@@ -131,14 +75,18 @@ export function createLease({ root }) {
     const role = me ? me.role : "viewer";
     const canDrive = role === "operator" || role === "admin";
     root.classList.toggle("stale", !connected);
-    accountText.textContent = !me ? "Not signed in." : local ? "Local mode: this machine is admin." :
-      `Signed in as ${me.user} (${me.role}).`;
+    accountText.textContent = !me ? "Not signed in." : local ? "" : `Signed in as ${me.user} (${me.role}).`;
     show(btnLogout, Boolean(me && !local));
+    account.hidden = Boolean(local);
     external.hidden = !(me && me.external);
     external.textContent = me && me.external
       ? `This session comes from outside the local network (${me.remote}). Check that this is you.` : "";
+    // speed and heartbeats from this page only while it may drive (unknown: let the server decide)
+    if (session && session.setMayDrive) {
+      session.setMayDrive(!me || local || Boolean(lease && lease.holder && lease.holder.session === mine));
+    }
     if (local) {
-      who.textContent = "Local mode: every client on this machine may drive.";
+      who.textContent = "Local mode: this machine drives without login (no users configured).";
       request.hidden = true;
       for (const b of [btnTake, btnRequest, btnRelease, btnHandover, btnDeny, btnForce]) show(b, false);
       return;
@@ -152,7 +100,8 @@ export function createLease({ root }) {
     who.textContent = !lease ? "Control: unknown" : !holder ? "Nobody drives." :
       iHold ? `You drive (${sinceText(holder.since)}).` : `${holder.user} drives (${sinceText(holder.since)}).`;
     if (pending && holder) {
-      const wins = Number.isFinite(pending.wins_in_s) ? ` — passes in ${Math.ceil(pending.wins_in_s)} s unless answered` : "";
+      const left = winsIn(pending);
+      const wins = left !== null ? ` — passes in ${Math.ceil(left)} s unless answered` : "";
       request.textContent = iHold ? `${pending.user} asks for control${wins}.` :
         iAsked ? `You asked ${holder.user} for control${wins}.` : `${pending.user} asked ${holder.user} for control.`;
       request.hidden = false;
@@ -175,10 +124,10 @@ export function createLease({ root }) {
     showError("");
     const res = await apiFetch(path, { body });
     if (res.ok) {
-      lease = res.data;
+      setLease(res.data);
     } else {
       showError(`${res.error.message || res.error.code}`);
-      if (res.error.details && res.error.details.holder !== undefined) lease = res.error.details;
+      setLease(res.error.details);
     }
     render();
     return res;
@@ -207,22 +156,27 @@ export function createLease({ root }) {
     goToLogin();
   });
 
-  async function poll() {
-    if (performance.now() - lastSnapLeaseAt < POLL_MS * 2) return; // telemetry carries it
-    try {
-      const r = await fetch("/api/lease", { credentials: "same-origin", cache: "no-store" });
-      if (r.ok) {
-        lease = await r.json();
-        render();
-      }
-    } catch { /* the connection indicator says so */ }
+  // The request's countdown: the server's wins_in_s, counted down here between messages.
+  let leaseAt = 0;
+  function winsIn(pending) {
+    if (!pending || !Number.isFinite(pending.wins_in_s)) return null;
+    return Math.max(0, pending.wins_in_s - (performance.now() - leaseAt) / 1000);
   }
+  function setLease(data) {
+    if (!data || data.holder === undefined) return;
+    lease = data;
+    leaseAt = performance.now();
+    renderIfChanged();
+  }
+  if (session) session.on("lease", setLease);
+  setInterval(() => { if (lease && lease.request) renderIfChanged(); }, 500);
 
   // Telemetry comes many times a second: render only when something shown changes.
   let renderedKey = "";
   function renderIfChanged() {
     const pending = lease && lease.request;
-    const key = JSON.stringify([connected, lease && lease.version, pending && Math.ceil(pending.wins_in_s || 0)]);
+    const wins = winsIn(pending);
+    const key = JSON.stringify([connected, me && me.session, lease && lease.version, wins === null ? null : Math.ceil(wins)]);
     if (key === renderedKey) return;
     renderedKey = key;
     render();
@@ -231,23 +185,11 @@ export function createLease({ root }) {
   function setState(snap) {
     const was = connected;
     connected = snap !== null;
-    if (snap && snap.lease) {
-      lastSnapLeaseAt = performance.now();
-      lease = snap.lease;
-    }
-    if (connected && !was) {
-      whoAmI(true).then(render);
-      poll();
-      clearInterval(pollTimer);
-      pollTimer = setInterval(poll, POLL_MS);
-    } else if (!connected && was) {
-      clearInterval(pollTimer);
-      pollTimer = null;
-    }
+    if (connected && !was) whoAmI(true).then((m) => { me = m; renderIfChanged(); });
     renderIfChanged();
   }
 
-  whoAmI().then(render);
+  whoAmI().then((m) => { me = m; render(); });
   render();
-  return { setState, refresh: () => whoAmI(true).then(render) };
+  return { setState, refresh: () => whoAmI(true).then((m) => { me = m; render(); }) };
 }

@@ -10,28 +10,23 @@ cost is ~0.1 s a check, which the login tests would pay dozens of times).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import argon2
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from server.gateway.auth import AUTH_KEY, AuthConfig, Role, default_permissions, setup_auth
-from server.gateway.auth.users import UserStore
 from server.errors import ApiError
+from server.gateway.auth import AUTH_KEY, AuthConfig, default_permissions, setup_auth
 from server.gateway.http import error_middleware
+from tests.server.gateway.auth.client import (CHEAP_HASHER, FOREIGN_HOST, FOREIGN_ORIGIN, PASSWORD, USERS, Client,
+                                              Creds, make_users)
 
-CHEAP_HASHER = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-PASSWORD = "correct horse battery"
-USERS = {"vera": Role.VIEWER, "otto": Role.OPERATOR, "olga": Role.OPERATOR, "ada": Role.ADMIN}
-FOREIGN_ORIGIN = "http://evil.example"
-FOREIGN_HOST = "attacker.rebind.example"
+__all__ = ["CHEAP_HASHER", "FOREIGN_HOST", "FOREIGN_ORIGIN", "PASSWORD", "USERS", "Creds", "Gateway", "make_users"]
 
 
 class FakeClock:
@@ -131,105 +126,16 @@ def build_app(cfg: AuthConfig, clock: FakeClock, bound_host: str = "127.0.0.1",
     return app
 
 
-def make_users(path: Path, users: dict[str, Role] | None = None) -> None:
-    store = UserStore(path, hasher=CHEAP_HASHER)
-    for name, role in (USERS if users is None else users).items():
-        store.add(name, role, PASSWORD)
-
-
-@dataclass
-class Creds:
-    cookie: str | None = None
-    csrf: str | None = None
-    token: str | None = None
-    session: str | None = None
-
-    def headers(self, csrf: bool = True) -> dict[str, str]:
-        h = {}
-        if self.cookie:
-            h["Cookie"] = self.cookie
-            if csrf and self.csrf:
-                h["X-CSRF-Token"] = self.csrf
-        if self.token:
-            h["Authorization"] = f"Bearer {self.token}"
-        return h
-
-
-class Gateway:
-    """The running stand-in: its URL, service, robot and clock, and request helpers."""
+class Gateway(Client):
+    """The running stand-in: its URL, service, robot and clock, and the request helpers."""
 
     def __init__(self, server: TestServer, http: aiohttp.ClientSession, clock: FakeClock) -> None:
+        super().__init__(f"http://127.0.0.1:{server.port}", http)
         self.server = server
-        self.http = http
         self.clock = clock
         self.app = server.app
         self.svc = server.app[AUTH_KEY]
         self.robot = server.app[ROBOT_KEY]
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self.server.port}"
-
-    def url(self, path: str) -> str:
-        return f"{self.origin}{path}"
-
-    async def request(self, method: str, path: str, creds: Creds | None = None, *, json_body: Any = None,
-                      data: bytes | str | None = None, content_type: str | None = "application/json",
-                      origin: str | None = "same", host: str | None = None, csrf: bool = True,
-                      headers: dict[str, str] | None = None) -> tuple[int, Any, aiohttp.ClientResponse]:
-        h = dict(creds.headers(csrf) if creds else {})
-        if origin == "same":
-            origin = self.origin if method != "GET" else None
-        if origin:
-            h["Origin"] = origin
-        if host:
-            h["Host"] = host
-        body: bytes | None = None
-        if json_body is not None:
-            body = json.dumps(json_body).encode()
-        elif data is not None:
-            body = data.encode() if isinstance(data, str) else data
-        if body is not None and content_type:
-            h["Content-Type"] = content_type
-        h.update(headers or {})
-        async with self.http.request(method, self.url(path), data=body, headers=h, allow_redirects=False) as resp:
-            raw = await resp.read()
-            try:
-                payload = json.loads(raw) if raw else None
-            except ValueError:
-                payload = raw.decode(errors="replace")
-            return resp.status, payload, resp
-
-    async def login(self, user: str, password: str = PASSWORD, bearer: bool = False,
-                    headers: dict[str, str] | None = None, **body: Any) -> Creds:
-        status, payload, resp = await self.request("POST", "/api/auth/login", headers=headers,
-                                                   json_body={"username": user, "password": password,
-                                                              "bearer": bearer, **body})
-        assert status == 200, (status, payload)
-        if bearer:
-            return Creds(token=payload["token"], session=payload["session"])
-        morsel = resp.cookies.get("teleop_session")
-        assert morsel is not None, resp.headers
-        return Creds(cookie=f"teleop_session={morsel.value}", csrf=payload["csrf_token"], session=payload["session"])
-
-    async def ws(self, creds: Creds | None = None, origin: str | None = "same", host: str | None = None):
-        """Open /ws/telemetry; returns the socket, or the refused upgrade's status as an int."""
-        h = dict(creds.headers(csrf=False) if creds else {})
-        if origin == "same":
-            origin = self.origin
-        if origin:
-            h["Origin"] = origin
-        if host:
-            h["Host"] = host
-        try:
-            return await self.http.ws_connect(self.url("/ws/telemetry"), headers=h)
-        except aiohttp.WSServerHandshakeError as err:
-            return err.status
-
-    @staticmethod
-    async def ws_call(ws: aiohttp.ClientWebSocketResponse, msg_type: str, **fields: Any) -> dict:
-        await ws.send_json({"type": msg_type, "id": 1, **fields})
-        return await asyncio.wait_for(ws.receive_json(), 10)
 
 
 @pytest.fixture
