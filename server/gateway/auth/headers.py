@@ -6,8 +6,10 @@ hook also sees the responses a middleware never returns (static files, the route
 header (``Python/3.x aiohttp/3.y``), so it can replace it with one without a version.
 
 The Content-Security-Policy allows no inline script and no ``eval``: the dashboard is
-ES modules from ``/static`` and vendored uPlot (``/static/vendor``), styles are linked
-files and CSSOM (``element.style``), which CSP does not restrict; video frames are
+ES modules from ``/static`` and vendored uPlot (``/static/vendor``). Styles may be inline
+(``'unsafe-inline'`` in ``style-src`` only): the video panel adds a ``<style>`` element of
+its own, and injected CSS, unlike script, runs no code and can send nothing to another
+origin (``img-src``, ``font-src`` and ``connect-src`` are ``'self'``); video frames are
 ``blob:`` object URLs; the favicon is ``data:,``; the robot description is a
 ``<script type="application/json">`` data block, which is never executed and so not
 subject to ``script-src``. ``connect-src 'self'`` covers same-origin ``ws:``/``wss:``
@@ -22,7 +24,7 @@ from aiohttp import web
 CSP = "; ".join([
     "default-src 'self'",
     "script-src 'self'",
-    "style-src 'self'",
+    "style-src 'self' 'unsafe-inline'",
     "img-src 'self' data: blob:",
     "media-src 'self' blob:",
     "connect-src 'self'",

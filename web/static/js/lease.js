@@ -168,9 +168,6 @@ export function createLease({ root, session }) {
     leaseAt = performance.now();
     renderIfChanged();
   }
-  if (session) session.on("lease", setLease);
-  setInterval(() => { if (lease && lease.request) renderIfChanged(); }, 500);
-
   // Telemetry comes many times a second: render only when something shown changes.
   let renderedKey = "";
   function renderIfChanged() {
@@ -189,6 +186,11 @@ export function createLease({ root, session }) {
     renderIfChanged();
   }
 
+  if (session) {
+    session.on("lease", setLease);
+    setLease(session.lease);    // the message may have come before this module loaded
+  }
+  setInterval(() => { if (lease && lease.request) renderIfChanged(); }, 500);
   whoAmI().then((m) => { me = m; render(); });
   render();
   return { setState, refresh: () => whoAmI(true).then((m) => { me = m; render(); }) };

@@ -60,6 +60,7 @@ export class Session {
     this._stopped = false;
     this._sent = [];               // ring of {epoch, t, type, linear, angular} for tests and the bench
     this.mayDrive = true;          // false while another session holds the control lease (lease.js)
+    this.lease = null;             // the last {"type": "lease"} data
   }
 
   /** Whether this page may send speed and heartbeats (false: they would be refused, so they stay home). */
@@ -222,6 +223,7 @@ export class Session {
         this._onPong(msg);
         break;
       case "lease":
+        this.lease = msg.data;   // kept: a panel that loads later starts from it
         this._emit("lease", msg.data);
         break;
       case "ack":
