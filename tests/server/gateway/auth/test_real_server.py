@@ -212,6 +212,19 @@ def test_with_a_user_the_server_listens_beyond_loopback(tmp_path) -> None:
         proc.wait(20)
 
 
+def test_the_container_health_check_needs_no_login(auth_server) -> None:
+    import re
+
+    import yaml
+
+    srv, _ = auth_server({"ada": "admin"})
+    for text in ((REPO / "docker-compose.yml").read_text(), (REPO / "Dockerfile").read_text()):
+        path = re.search(r"http://127\.0\.0\.1:8080(/[\w/.-]*)", text).group(1)
+        assert srv.get(path)[0] == 200, path
+    assert srv.get("/api/state")[0] == 401
+    assert yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["teleop"]["command"][-3] == "0.0.0.0"
+
+
 # ---------------------------------------------------------------------- login, sessions
 async def test_three_failed_logins_a_minute_then_429(auth_server) -> None:
     srv, _ = auth_server({"olga": "operator"})
