@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing as mp
 import time
 
 import aiohttp
 
-from common import cpu_seconds, start_server, summary_ms, wait_until
+from common import cpu_seconds, start_server, summary_ms, video_viewer_proc, wait_until
 
 
 # ---------------------------------------------------------------------- telemetry clients (own process)
@@ -62,33 +61,12 @@ def loop_stats(srv) -> dict:
     return srv.state()["loop"]
 
 
-def _video_viewer_proc(url: str, seconds: float, out: mp.Queue) -> None:
-    """One /ws/video viewer that acks every frame (a browser tab)."""
-    async def main() -> int:
-        frames = 0
-        stop_t = time.time() + seconds
-        async with aiohttp.ClientSession() as s, s.ws_connect(url + "/ws/video") as ws:
-            while time.time() < stop_t:
-                try:
-                    msg = await asyncio.wait_for(ws.receive(), 2)
-                except asyncio.TimeoutError:
-                    continue
-                if msg.type == aiohttp.WSMsgType.BINARY:
-                    n = int.from_bytes(msg.data[:4], "big")
-                    seq = json.loads(msg.data[4:4 + n])["seq"]
-                    await ws.send_str(json.dumps({"type": "ack", "seq": seq}))
-                    frames += 1
-        return frames
-
-    out.put(asyncio.run(main()))
-
-
 def bench_loop(rate_hz: float, clients: int, seconds: float, video: bool = False) -> None:
     srv = start_server({"loop": {"rate_hz": rate_hz}, "video": {"enabled": video}})
     try:
         if video:
             vq: mp.Queue = mp.Queue()
-            vp = mp.Process(target=_video_viewer_proc, args=(srv.url, seconds + 2, vq), daemon=True)
+            vp = mp.Process(target=video_viewer_proc, args=(srv.url, seconds + 2, vq), daemon=True)
             vp.start()
         if clients:
             p, q = run_clients(srv.url, clients, seconds + 2)

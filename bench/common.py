@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
+import multiprocessing as mp
 import os
 import sys
 import tempfile
@@ -10,6 +13,7 @@ import time
 import tomllib
 from pathlib import Path
 
+import aiohttp
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,6 +32,27 @@ def start_server(overrides: dict | None = None) -> ServerProc:
     path = Path(tempfile.mkdtemp(prefix="teleop-bench-")) / "bench.toml"
     path.write_text(tomli_w.dumps(cfg))
     return ServerProc(path).start()
+
+
+def video_viewer_proc(url: str, seconds: float, out: mp.Queue) -> None:
+    """One /ws/video viewer that acks every frame (a browser tab)."""
+    async def main() -> int:
+        frames = 0
+        stop_t = time.time() + seconds
+        async with aiohttp.ClientSession() as s, s.ws_connect(url + "/ws/video") as ws:
+            while time.time() < stop_t:
+                try:
+                    msg = await asyncio.wait_for(ws.receive(), 2)
+                except asyncio.TimeoutError:
+                    continue
+                if msg.type == aiohttp.WSMsgType.BINARY:
+                    n = int.from_bytes(msg.data[:4], "big")
+                    seq = json.loads(msg.data[4:4 + n])["seq"]
+                    await ws.send_str(json.dumps({"type": "ack", "seq": seq}))
+                    frames += 1
+        return frames
+
+    out.put(asyncio.run(main()))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -58,4 +83,4 @@ def summary_ms(values) -> str:
     return f"p50 {pct(v, 50):.3f} / p99 {pct(v, 99):.3f} / max {v.max():.3f} ms (n={len(v)})"
 
 
-__all__ = ["REPO", "ServerProc", "best_us", "cpu_seconds", "pct", "start_server", "summary_ms", "wait_until"]
+__all__ = ["REPO", "video_viewer_proc", "ServerProc", "best_us", "cpu_seconds", "pct", "start_server", "summary_ms", "wait_until"]

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["bench_server.py", "bench_sim.py", "bench_estimation.py", "bench_video.py", "bench_dashboard.py"]
+ORDER = ["bench_core.py", "bench_server.py", "bench_sim.py", "bench_estimation.py", "bench_video.py", "bench_dashboard.py"]
 
 
 def main() -> int:
@@ -19,7 +19,7 @@ def main() -> int:
     for script in scripts:
         print(f"\n######## {script.name}", flush=True)
         t0 = time.time()
-        extra = args if script.name in ("bench_server.py",) else []
+        extra = args if script.name in ("bench_server.py", "bench_core.py") else []
         rc = subprocess.call([sys.executable, str(script), *extra], cwd=HERE)
         print(f"######## {script.name}: exit {rc} in {time.time() - t0:.0f} s", flush=True)
         if rc:

@@ -28,6 +28,7 @@ writes), so the lock is held for microseconds.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import gc
 import logging
@@ -50,6 +51,8 @@ from server.runtime.supervisor import Event, Inputs, OutputMode, Refused, State,
 log = logging.getLogger(__name__)
 
 JITTER_WINDOW = 2048
+#: upper edges (µs) of the cumulative lateness histogram kept for the whole run (``loop_stats``)
+JITTER_BUCKETS_US = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 1e9)
 
 
 class LoopConfig(Table):
@@ -82,15 +85,24 @@ class LoopStats:
         self.realtime = "not started"
         self.jitter_us = np.zeros(JITTER_WINDOW)
         self.exec_us = np.zeros(JITTER_WINDOW)
+        self.jitter_counts = [0] * len(JITTER_BUCKETS_US)  # cumulative since start, per bucket
         self.started_t = time.monotonic()
         self._cached_at = -1.0
         self._cached: dict[str, Any] | None = None
 
     def record(self, late_s: float, exec_s: float) -> None:
         i = self.ticks % JITTER_WINDOW
-        self.jitter_us[i] = late_s * 1e6
+        late_us = late_s * 1e6
+        self.jitter_us[i] = late_us
         self.exec_us[i] = exec_s * 1e6
+        self.jitter_counts[bisect.bisect_left(JITTER_BUCKETS_US, late_us)] += 1
         self.ticks += 1
+
+    def histogram(self) -> dict[str, Any]:
+        """The whole run's lateness histogram (for benchmarks and ``/metrics``): bucket upper edges in µs
+        and the count in each, plus ticks, missed and overruns."""
+        return {"buckets_us": list(JITTER_BUCKETS_US), "counts": list(self.jitter_counts), "ticks": self.ticks,
+                "missed": self.missed, "overruns": self.overruns, "gc_collections": self.gc_collections}
 
     def to_json(self) -> dict[str, Any]:
         """Figures over the last ticks; percentiles are recomputed at most every 0.5 s (they cost ~0.1 ms)."""

@@ -30,13 +30,12 @@ class RoverRobot(Table, tag_field="profile", tag="rover"):
     """``[robot]`` of a differential-drive rover."""
 
     name: str = "Simulated rover"
+    wheel_radius_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.05
+    track_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.30
 
     @property
     def profile(self) -> str:
         return "rover"
-
-    wheel_radius_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.05
-    track_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.30
 
 
 class RobotConfig:

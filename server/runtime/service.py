@@ -37,7 +37,8 @@ MAX_BACKLOG_BYTES = 256 * 1024
 MAX_PAIRS = 2000
 #: methods after which no snapshot needs to go out before the reply (they change nothing, or only the
 #: link's age: a heartbeat at 50 Hz must not double the snapshot rate)
-NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat"}
+NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat",
+              "loop_stats"}
 
 
 def _prepare_socket_path(path: Path) -> None:
@@ -97,7 +98,7 @@ class RuntimeService:
             "stop": (Empty, lambda p: {"ok": True, "state": self.loop.stop_robot()}),
             "reset": (Empty, lambda p: {"ok": True, "state": self.loop.reset()}),
             "heartbeat": (Empty, lambda p: {"ok": True, "state": self.loop.heartbeat()}),
-            "estop": (EstopParams, self._estop),
+            "estop": (EstopParams, self._estop_any),  # listed for the docs; _handle latches it before anything
             "estop_reason": (EstopParams, self._estop_reason),
             "setpoint": (SetpointParams, self._setpoint),
             "acquisition": (Empty, lambda p: self._acquisition_json()),
@@ -109,6 +110,7 @@ class RuntimeService:
             "calibration": (Empty, lambda p: robot.calibrations.state_json()),
             "cancel_behavior": (Empty, lambda p: {"ok": True, "state": self.loop.cancel_behavior()}),
             "subscribe": (SubscribeParams, None),  # handled per connection
+            "loop_stats": (Empty, lambda p: self.loop.stats.histogram()),
             "ping": (PingParams, lambda p: {"t": p.t, "runtime_t": time.time(), "monotonic": time.monotonic()}),
         }
         if debug:
@@ -230,9 +232,6 @@ class RuntimeService:
         if isinstance(reason, str) and reason and len(reason) <= MAX_REASON:
             self.loop.note_estop_reason(reason)
         return {"ok": True, "state": state}
-
-    def _estop(self, p: EstopParams) -> dict[str, Any]:  # pragma: no cover - _handle latches first
-        return self._estop_any({"reason": p.reason})
 
     def _estop_reason(self, p: EstopParams) -> dict[str, Any]:
         if not p.reason or len(p.reason) > MAX_REASON:

@@ -5,6 +5,8 @@ sim driver, supervisor and rover controller."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from drivers.base import DriverState
@@ -68,8 +70,7 @@ def clock() -> Clock:
 @pytest.fixture
 def loop(clock: Clock) -> ControlLoop:
     lp = make_loop(clock)
-    lp.driver.debug({})  # the real sim driver stamps samples with time.monotonic(): align the injected clock
-    clock.t = __import__("time").monotonic()
+    clock.t = time.monotonic()  # the sim driver stamps its samples with time.monotonic(): start the clock there
     tick(lp, clock)
     return lp
 
@@ -104,7 +105,7 @@ def test_stages_run_before_the_supervisor_in_the_same_tick(clock: Clock) -> None
         {"name": "tilt", "channel": "tilt_rad", "above": 0.26, "when": "always"}]}})
     stage = DoubleTilt()
     loop.stages.append(stage)
-    clock.t = __import__("time").monotonic()
+    clock.t = time.monotonic()
     tick(loop, clock)
     drive(loop, clock)
     assert loop.supervisor.state is State.RUNNING
