@@ -37,12 +37,12 @@ import jinja2
 import msgspec
 from aiohttp import web
 
+from server.config import REPO_ROOT
+from server.errors import ApiError
 from server.gateway.auth.errors import AuthError, Forbidden, RateLimited
 from server.gateway.auth.permissions import ADMIN, ADMIN_REAUTH, OPERATOR, PAGE_PUBLIC, PUBLIC, VIEWER, Role
 from server.gateway.auth.service import AUTH_KEY, AuthService, Principal
 from server.gateway.auth.users import User, UserError
-from server.config import REPO_ROOT
-from server.errors import ApiError
 from server.gateway.http import read_body as read_json
 from server.validation import convert
 

@@ -3,7 +3,7 @@
 // this session comes from outside the local network.
 //
 // Mount: <div id="lease-panel" data-panel-module="lease.js" data-panel-factory="createLease">
-// (inside the Drive panel, so it stays next to the controls at every width).
+// (inside the Drive panel, under the joystick, so it stays with the controls at every width).
 // The lease arrives as its own telemetry-socket message, {"type": "lease", "data": ...},
 // when the socket opens and on every change (the session module emits "lease"), and in
 // the answers of the lease routes. setState(snapshot | null) only says connected or not.

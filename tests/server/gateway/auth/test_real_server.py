@@ -225,6 +225,34 @@ def test_the_container_health_check_needs_no_login(auth_server) -> None:
     assert yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["teleop"]["command"][-3] == "0.0.0.0"
 
 
+async def test_tls_with_a_self_signed_certificate(tmp_path) -> None:
+    users = make_users(tmp_path / "users.json", {"olga": "operator"})
+    cert, key = tmp_path / "tls" / "cert.pem", tmp_path / "tls" / "key.pem"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server", "--port", "0", "--set", f'auth.users_file="{users}"',
+        "--set", f'auth.tls_cert="{cert}"', "--set", f'auth.tls_key="{key}"', "--set", "auth.tls_self_signed=true",
+        "--set", "video.enabled=false", cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        async with asyncio.timeout(60):
+            while b"teleop listening on https://" not in (line := await proc.stdout.readline()):
+                assert line, "the server exited before it listened"
+        url = line.decode().split()[-1]
+        assert cert.exists() and oct(key.stat().st_mode & 0o777) == "0o600"
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http:
+            client = Client(url, http)
+            async with http.get(url + "/login", ssl=False) as resp:
+                assert resp.status == 200 and resp.headers["Strict-Transport-Security"].startswith("max-age=")
+            async with http.post(url + "/api/auth/login", json={"username": "olga", "password": PASSWORD},
+                                 headers={"Origin": client.origin}, ssl=False) as resp:
+                assert resp.status == 200
+                cookie = resp.headers["Set-Cookie"]
+            assert cookie.startswith("__Host-teleop_session=") and "Secure" in cookie and "HttpOnly" in cookie
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await proc.communicate()
+
+
 # ---------------------------------------------------------------------- login, sessions
 async def test_three_failed_logins_a_minute_then_429(auth_server) -> None:
     srv, _ = auth_server({"olga": "operator"})
