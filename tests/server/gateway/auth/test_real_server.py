@@ -267,19 +267,35 @@ async def test_three_failed_logins_a_minute_then_429(auth_server) -> None:
         assert status == 429 and body["error"]["code"] == "rate_limited" and int(resp.headers["Retry-After"]) > 0
 
 
-async def test_a_session_ends_at_its_maximum_age_and_its_socket_closes(auth_server) -> None:
-    srv, _ = auth_server({"vera": "viewer"}, session_idle_s=3, session_max_s=3, users_poll_s=0.5)
+async def closed(ws: aiohttp.ClientWebSocketResponse, timeout_s: float = 30) -> None:
+    """Read (and ack every video frame, so no stall sweep closes a viewer) until the server closes."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            msg = await ws.receive()
+            if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING,
+                            aiohttp.WSMsgType.ERROR):
+                return
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                n = int.from_bytes(msg.data[:4], "big")
+                try:
+                    await ws.send_json({"type": "ack", "seq": json.loads(msg.data[4:4 + n])["seq"]})
+                except ConnectionError:  # the server has dropped the connection meanwhile
+                    return
+
+
+async def test_a_session_ends_at_its_maximum_age_and_its_sockets_close(server_factory, tmp_path) -> None:
+    users = make_users(tmp_path / "users-video.json", {"vera": "viewer"})
+    srv = server_factory({"auth": {"users_file": str(users), "session_idle_s": 3, "session_max_s": 3},
+                          "video": {"enabled": True, "width": 160, "height": 120, "fps": 5, "render_process": False}})
     client, http = await client_for(srv)
     async with http:
         vera = await client.login("vera")
         ws = await client.ws(vera)
-        assert not isinstance(ws, int)
-        async with asyncio.timeout(30):  # closed by the housekeeping sweep, with the code the page knows
-            while True:
-                msg = await ws.receive()
-                if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
-                    break
+        video = await client.ws(vera, path="/ws/video")
+        assert not isinstance(ws, int) and not isinstance(video, int)
+        await closed(ws)  # closed by the housekeeping sweep, with the code the page knows
         assert ws.close_code == 4401
+        await closed(video)  # the video socket of the session is dropped too
         status, body, _ = await client.request("GET", "/api/state", vera)
         assert status == 401 and "expired" in body["error"]["message"]
 
@@ -306,11 +322,7 @@ async def test_a_password_change_by_the_cli_ends_the_sessions_and_closes_the_soc
                              "--password-stdin"], input="a brand new password\n", capture_output=True, text=True,
             cwd=REPO, timeout=60)
         assert out.returncode == 0, out.stderr
-        async with asyncio.timeout(30):
-            while True:
-                msg = await ws.receive()
-                if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
-                    break
+        await closed(ws)
         assert ws.close_code == 4401
         assert (await client.request("GET", "/api/state", olga))[0] == 401
         assert (await client.request("GET", "/api/state", vera))[0] == 200  # others keep theirs
