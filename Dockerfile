@@ -18,7 +18,10 @@ COPY config ./config
 
 EXPOSE 8080
 # The control loop asks for SCHED_FIFO; grant it with `cap_add: [SYS_NICE]` (see docker-compose.yml).
+# /login is public (the rest needs a login): it says the gateway answers.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-    CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/api/state', timeout=2).status == 200 else 1)"
+    CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/login', timeout=2).status == 200 else 1)"
 STOPSIGNAL SIGTERM
+# Listening on 0.0.0.0 needs a user (state/users.json; mount state/ as a volume and run
+# `python -m server users add NAME --role admin` in the container first): docs/deploy.md.
 CMD ["python", "-m", "server", "--config", "config/rover-sim.toml", "--host", "0.0.0.0", "--port", "8080"]

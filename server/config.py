@@ -51,13 +51,14 @@ TABLES: dict[str, str] = {
     "video": "server.gateway.video.settings:VideoConfig",
     "recording": "server.gateway.recording.config:RecordingConfig",
     "observability": "server.gateway.observability.config:ObservabilityConfig",
+    "auth": "server.gateway.auth.config:AuthConfig",
 }
 #: plain tables the driver validates itself
 RAW_TABLES = ("driver", "sim")
 
 RUNTIME_TABLES = ("robot", "loop", "limits", "safety", "uwb", "estimation", "heading", "calibration",
                   "telemetry", "server", "debug")
-GATEWAY_TABLES = ("telemetry", "server", "debug", "video", "recording", "observability")
+GATEWAY_TABLES = ("telemetry", "server", "debug", "video", "recording", "observability", "auth")
 
 
 class ConfigError(ValueError):

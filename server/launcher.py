@@ -10,6 +10,10 @@ Three processes (docs/architecture.md):
   robot by itself when the gateway goes silent (link loss);
 * the gateway (``python -m server.gateway``): aiohttp, serving on the inherited socket.
 
+Before anything starts it refuses (exit 2) to listen beyond loopback while no user exists
+(anyone who reached the port could drive: docs/security.md), and checks the users file
+and the TLS files of ``[auth]``.
+
 SIGINT/SIGTERM: the runtime is stopped first (the robot halts, a ``shutdown`` event and a
 last snapshot go out through the gateway), then the gateway (websockets close with 1001).
 Both children ask the kernel to SIGTERM them if the launcher dies (``PR_SET_PDEATHSIG``),
@@ -129,6 +133,11 @@ class Launcher:
         return sock
 
     def run(self) -> int:
+        try:
+            notice = check_trust(self.profile, self.host)
+        except StartRefused as err:
+            print(f"teleop: {err}", file=sys.stderr)
+            return 2
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: self._stop.set())
         try:
@@ -141,7 +150,7 @@ class Launcher:
         runtime = Child("runtime", [py, "-m", "server.runtime", *self._common(), "--socket", sock_path],
                         "teleop runtime ready on")
         gateway = Child("gateway", [py, "-m", "server.gateway", *self._common(), "--socket", sock_path,
-                                    "--fd", str(listener.fileno())], "teleop gateway serving on",
+                                    "--fd", str(listener.fileno()), "--host", self.host], "teleop gateway serving on",
                         pass_fds=(listener.fileno(),))
         children = (runtime, gateway)
         try:
@@ -156,7 +165,9 @@ class Launcher:
             bound = listener.getsockname()
             shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
             log.info("runtime API on %s (python -m server.console --socket %s)", sock_path, sock_path)
-            print(f"teleop listening on http://{shown}:{bound[1]}", flush=True)
+            scheme = "https" if self.profile.auth.tls_enabled else "http"
+            print(f"teleop listening on {scheme}://{shown}:{bound[1]}", flush=True)
+            print(f"teleop {notice}", flush=True)
             while not self._stop.wait(0.1):
                 for child in children:
                     self._supervise(child)
@@ -195,6 +206,28 @@ class Launcher:
             log.info("%s restarted (%d restart(s))", child.name, child.restarts)
 
 
+class StartRefused(Exception):
+    """Starting would be unsafe or cannot work (the message says why and what to do)."""
+
+
+def check_trust(profile: Profile, host: str) -> str:
+    """The ``[auth]`` checks the gateway would fail, made before anything listens; returns the
+    start-up notice (local mode and how to add users, or how many users)."""
+    from server.gateway.auth.net import BindRefused, check_bind
+    from server.gateway.auth.service import startup_notice
+    from server.gateway.auth.tls import TlsError, ssl_context
+    from server.gateway.auth.users import UsersFileError, UserStore
+
+    users = UserStore(profile.auth.users_file)
+    try:
+        users.load()
+        check_bind(host, users.configured)
+        ssl_context(profile.auth, [host])  # makes the self-signed pair when asked to
+    except (BindRefused, UsersFileError, TlsError) as err:
+        raise StartRefused(str(err)) from None
+    return startup_notice(users)
+
+
 def validate(profile: Profile) -> None:
     """Everything a child would refuse, refused here first (exit 2 before anything starts)."""
     from server.runtime.robot import build_driver
@@ -202,4 +235,4 @@ def validate(profile: Profile) -> None:
     build_driver(profile)
 
 
-__all__ = ["ConfigError", "Launcher", "validate"]
+__all__ = ["ConfigError", "Launcher", "StartRefused", "check_trust", "validate"]

@@ -153,7 +153,9 @@ def server_factory(tmp_path: Path):
 
     def make(config_overrides: dict | None = None, config: str = DEFAULT_CONFIG) -> ServerProc:
         base = tomllib.loads((REPO / config).read_text())
-        merged = deep_merge(deep_merge(base, TEST_DEFAULTS), config_overrides or {})
+        # no users unless a test adds some (a users file in the checkout must not turn login on)
+        hermetic = {"auth": {"users_file": str(tmp_path / "users.json")}}
+        merged = deep_merge(deep_merge(deep_merge(base, TEST_DEFAULTS), hermetic), config_overrides or {})
         path = tmp_path / f"config-{len(started)}.toml"
         path.write_text(tomli_w.dumps(merged))
         proc = ServerProc(path)

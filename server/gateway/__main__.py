@@ -1,8 +1,11 @@
 """``python -m server.gateway``: the web gateway process (HTTP API, websockets, dashboard, video).
 
-``python -m server`` starts it with the listening socket already bound (``--fd``) and the
+``python -m server`` starts it with the listening socket already bound (``--fd``), the host
+it was bound for (``--host``: the Host allow-list and the bind check need the name) and the
 runtime's socket (``--socket``); run alone it binds ``--host``/``--port`` itself. Prints
-``teleop gateway serving on http://HOST:PORT`` once it accepts connections.
+``teleop gateway serving on http(s)://HOST:PORT`` once it accepts connections. Exit 2 when
+the ``[auth]`` set-up cannot be used (users file, TLS files) or when the host is beyond
+loopback and no user exists (docs/security.md).
 SIGINT/SIGTERM: the last snapshot goes out, websockets close with 1001, exit 0.
 """
 
@@ -29,7 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--socket", required=True, help="the runtime API's Unix socket")
     p.add_argument("--fd", type=int, help="an already listening TCP socket to serve on (from python -m server)")
-    p.add_argument("--host")
+    p.add_argument("--host", help="the address or name to serve (with --fd: the one the socket was bound for)")
     p.add_argument("--port", type=int)
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="overrides [observability] log_level (python -m server always passes its own)")
@@ -37,14 +40,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(profile, args: argparse.Namespace) -> None:
-    from server.gateway.app import create_app
+    from server.gateway.app import GUARD, create_app
+    from server.gateway.auth import AUTH_KEY, check_bind
+    from server.gateway.auth.tls import ssl_context
     from server.gateway.connections import ConnectionGuard
-    from server.gateway.app import GUARD
     from server.gateway.runtime_client import RuntimeClient
 
     scfg = profile.server
+    host = args.host or scfg.host
     runtime = RuntimeClient(args.socket)
-    app = create_app(profile, runtime)
+    app = create_app(profile, runtime, bound_host=host)
+    check_bind(host, app[AUTH_KEY].users.configured)
+    tls = ssl_context(profile.auth, [host])
     guard = ConnectionGuard(scfg.max_connections, scfg.request_timeout_s)
     app[GUARD] = guard
     runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=scfg.request_timeout_s)
@@ -58,13 +65,13 @@ async def serve(profile, args: argparse.Namespace) -> None:
     try:
         if args.fd is not None:
             sock = socket.socket(fileno=args.fd)
-            site: web.BaseSite = web.SockSite(runner, sock)
+            site: web.BaseSite = web.SockSite(runner, sock, ssl_context=tls)
         else:
-            site = web.TCPSite(runner, args.host or scfg.host, scfg.port if args.port is None else args.port)
+            site = web.TCPSite(runner, host, scfg.port if args.port is None else args.port, ssl_context=tls)
         await site.start()
-        host, port = site._server.sockets[0].getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
-        print(f"teleop gateway serving on http://{shown}:{port}", flush=True)
+        bound, port = site._server.sockets[0].getsockname()[:2]
+        shown = f"[{bound}]" if ":" in bound else bound
+        print(f"teleop gateway serving on {'https' if tls else 'http'}://{shown}:{port}", flush=True)
         await stop.wait()
         log.info("gateway shutting down")
     finally:
@@ -80,12 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"teleop: configuration error: {err}", file=sys.stderr)
         return 2
+    from server.gateway.auth import BindRefused, UsersFileError
+    from server.gateway.auth.tls import TlsError
     from server.gateway.observability import setup_logging
 
     obs = profile.observability  # text or JSON lines (docs/observability.md)
     setup_logging(obs.log_format, args.log_level or obs.log_level)
     try:
         asyncio.run(serve(profile, args))
+    except (BindRefused, UsersFileError, TlsError) as err:
+        print(f"teleop: {err}", file=sys.stderr)
+        return 2
     except OSError as err:
         print(f"teleop: gateway cannot listen: {err}", file=sys.stderr)
         return 3

@@ -25,6 +25,7 @@ from server import commands
 from server.config import REPO_ROOT, Profile
 from server.errors import ApiError, MalformedError, RuntimeDownError, ValidationError
 from server.gateway.arms import arm_command, commands_for, setup_arms, zero_speed
+from server.gateway.auth.wiring import csrf_token, setup_trust
 from server.gateway.connections import ConnectionGuard
 from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import BODY_TIMEOUT, error_middleware, json_response, read_body, read_raw_body
@@ -108,8 +109,7 @@ async def run_command(app: web.Application, name: str, body: dict[str, Any], sou
         return await rt.request(name)
     desc = rt.description
     if name != "speed" and name not in ARM_COMMANDS:
-        known = commands_for(desc.get("profile", "rover")) if desc else commands.COMMANDS
-        raise ValidationError(f"unknown command {name!r}; known: {', '.join(known)}", code="unknown_command")
+        raise unknown_command(name, desc)
     if desc is None:
         raise RuntimeDownError(DOWN_MESSAGE)
     if name != "speed":
@@ -121,6 +121,11 @@ async def run_command(app: web.Application, name: str, body: dict[str, Any], sou
     if speed.ttl_s is not None:
         params["ttl_s"] = speed.ttl_s
     return await rt.request("setpoint", params)
+
+
+def unknown_command(name: str, desc: dict[str, Any] | None = None) -> ValidationError:
+    known = commands_for(desc.get("profile", "rover")) if desc else commands.COMMANDS
+    return ValidationError(f"unknown command {name!r}; known: {', '.join(known)}", code="unknown_command")
 
 
 def record_command(request: web.Request, name: str, body: Any, source: str, result: dict[str, Any] | None = None,
@@ -240,7 +245,8 @@ async def index(request: web.Request) -> web.Response:
     except jinja2.TemplateNotFound:
         return web.Response(text="<!doctype html><title>teleop</title><h1>teleop</h1>"
                             "<p>See <a href='/api/state'>/api/state</a>.</p>", content_type="text/html")
-    html = template.render(title=desc["name"] if desc else "teleop (robot runtime down)", robot=desc)
+    html = template.render(title=desc["name"] if desc else "teleop (robot runtime down)", robot=desc,
+                           csrf_token=csrf_token(request))
     return web.Response(text=html, content_type="text/html")
 
 
@@ -260,6 +266,7 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
                         f'"state":{state_text(app).decode()}}}')
     hub.clients.add(client)
     writer = client.task = asyncio.create_task(client.writer(), name=f"ws-writer-{client.peer}")
+    Hooks.call(app[HOOKS].on_ws_open, request, client)
     bucket = app[BUCKETS].get(request.remote or "?")  # per address: reconnecting buys no fresh burst
     client.bucket = bucket
     last_refusal_reply = -math.inf
@@ -362,6 +369,8 @@ async def handle_ws_message(app: web.Application, text: str, request: web.Reques
             raise ValidationError("id must be a string or an integer", code="wrong_type")
         if not isinstance(kind, str):
             raise ValidationError("type is required and must be a string", code="missing_field")
+        if kind != "ping" and kind not in commands.COMMANDS and kind not in ARM_COMMANDS:
+            raise unknown_command(kind, app[RUNTIME].description)  # before authorisation: a type nobody handles is no permission question
         authorize = app[HOOKS].authorize_ws
         if authorize is not None and request is not None:
             authorize(request, kind)
@@ -451,7 +460,10 @@ async def on_shutdown(app: web.Application) -> None:
     await app[HUB].stop()
 
 
-def create_app(profile: Profile, runtime: RuntimeClient) -> web.Application:
+def create_app(profile: Profile, runtime: RuntimeClient, *, bound_host: str | None = None,
+               **auth_options: Any) -> web.Application:
+    """The gateway app; ``bound_host`` is the address or name it listens on (the Host allow-list,
+    default ``server.host``); ``auth_options`` go to the trust layer (tests: ``hasher``)."""
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[PROFILE] = profile
     app[RUNTIME] = runtime
@@ -492,6 +504,8 @@ def create_app(profile: Profile, runtime: RuntimeClient) -> web.Application:
         setup_video(app, VideoService(camera_factory(context), profile.video), profile.server.writer_stall_s)
     static = WEB_DIR / "static"
     r.add_static("/static/", static, append_version=False)
+    setup_trust(app, profile.auth, bound_host=bound_host or profile.server.host, hooks=app[HOOKS], hub=app[HUB],
+                runtime=runtime, **auth_options)
     return app
 
 

@@ -17,8 +17,11 @@ class Hooks:
     * ``on_snapshot(data: bytes)`` — every snapshot, as the runtime serialised it (recorder, metrics);
     * ``on_event(event: dict)`` — every event from the runtime (and the gateway's own ``runtime_down``);
     * ``on_command(record: dict)`` — every command a client sent, accepted or refused:
-      ``{"command", "body", "accepted", "state", "error", "source", "request"}`` (heartbeats excluded);
+      ``{"command", "body", "accepted", "state", "error", "source", "request"}`` (heartbeats excluded;
+      who sent it: ``request.app[AUTH_KEY].principal(request)``, :mod:`server.gateway.auth`);
     * ``on_settings(kind: str, settings: dict, request)`` — a settings change that was applied;
+    * ``on_ws_open(request, client)`` — a telemetry websocket client joined, after its ``hello``
+      (``client.send_control(msg)`` sends it a feature's state; the auth layer ends it with its session);
     * ``authorize_ws(request, msg_type)`` — one callable or None: raise an ``ApiError`` to refuse a
       websocket message (the e-stop is always let through by the caller).
     """
@@ -28,6 +31,7 @@ class Hooks:
         self.on_event: list[Callable[[dict[str, Any]], None]] = []
         self.on_command: list[Callable[[dict[str, Any]], None]] = []
         self.on_settings: list[Callable[[str, dict[str, Any], Any], None]] = []
+        self.on_ws_open: list[Callable[[web.Request, Any], None]] = []
         self.authorize_ws: Callable[[web.Request, str], Any] | None = None
 
     @staticmethod

@@ -14,6 +14,7 @@ def test_mjpeg_renders_in_a_plain_img(server_factory, browser, wait_for) -> None
     context = browser.new_context()
     try:
         page = context.new_page()
+        page.goto(srv.url + "/login")  # a page of the server's own origin: a foreign one may not embed it
         page.set_content(f'<img id="cam" src="{srv.url}/video.mjpeg" alt="camera">')
         page.wait_for_function("() => document.getElementById('cam').naturalWidth > 0", timeout=15000)
         size = page.evaluate("() => [document.getElementById('cam').naturalWidth, document.getElementById('cam').naturalHeight]")

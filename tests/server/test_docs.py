@@ -35,7 +35,7 @@ def test_the_key_scan_finds_nested_keys() -> None:
 def test_configuration_doc_names_every_key() -> None:
     # configuration.md, and the feature docs it points to for their own tables
     text = "".join((REPO / "docs" / name).read_text() for name in ("configuration.md", "recording.md",
-                                                                      "observability.md"))
+                                                                      "observability.md", "security.md"))
     keys = [k for name in TABLES for k in leaf_keys(table_class(name), name + ".")]
     missing = [k for k in keys if f"`{k.rsplit('.', 1)[-1]}" not in text and k not in text]
     assert not missing, f"undocumented config keys: {missing}"

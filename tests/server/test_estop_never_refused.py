@@ -92,7 +92,7 @@ def test_http_estop_latches_before_a_slow_body_arrives(srv: ServerProc) -> None:
     """Headers announce a body that never comes: the stop does not wait for it."""
     running(srv)
     with socket.create_connection(("127.0.0.1", srv.port)) as sock:
-        sock.sendall(b"POST /api/estop HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /api/estop HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"reason\"")
         wait_until(lambda: srv.state()["state"] == "estop", 3, "e-stop latched while the body is pending")
     latched_by_operator(srv)

@@ -100,7 +100,7 @@ def test_stuck_client_does_not_delay_others(server: ServerProc) -> None:
     stuck = socket.create_connection(("127.0.0.1", server.port))
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stuck.sendall(
-        b"GET /ws/telemetry HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"GET /ws/telemetry HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
 

@@ -2,6 +2,7 @@
 // validates; its 422 message is shown next to the form and nothing changes.
 
 import { setText } from "./format.js";
+import { apiFetch } from "./api.js";
 
 export function createAcquisition({ panel, form, log }) {
   const rateEl = form.querySelector("#acq-rate");
@@ -67,29 +68,22 @@ export function createAcquisition({ panel, form, log }) {
     const channels = [...chans.querySelectorAll("input[type=checkbox]:checked")].map((b) => b.value);
     apply.disabled = true;
     setText(status, "applying…");
-    try {
-      const r = await fetch("/api/acquisition", {
-        method: "PUT",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ rate_hz: rate, channels }),
-      });
-      const body = await r.json().catch(() => ({}));
-      if (!r.ok) {
-        const err = body.error || {};
-        showError(err.message || `refused (HTTP ${r.status})`);
-        setText(status, "not applied");
-        log.local({ trigger: "acquisition", message: `${err.code || r.status}: ${err.message || ""}`, kind: "error" });
-      } else {
-        fill(body);
-        showError("");
-        setText(status, `applied: ${body.rate_hz} Hz, ${body.channels.length} channel(s)`);
-      }
-    } catch (err) {
-      showError(`could not reach the server: ${err.message}`);
+    // JSON with the CSRF token; a stale password check asks for the password (api.js)
+    const res = await apiFetch("/api/acquisition", { method: "PUT", body: { rate_hz: rate, channels } });
+    if (res.ok) {
+      fill(res.data);
+      showError("");
+      setText(status, `applied: ${res.data.rate_hz} Hz, ${res.data.channels.length} channel(s)`);
+    } else if (res.status === 0) {
+      showError(`could not reach the server: ${res.error.message}`);
       setText(status, "");
-    } finally {
-      apply.disabled = false;
+    } else {
+      const err = res.error;
+      showError(err.message || `refused (HTTP ${res.status})`);
+      setText(status, "not applied");
+      log.local({ trigger: "acquisition", message: `${err.code || res.status}: ${err.message || ""}`, kind: "error" });
     }
+    apply.disabled = false;
   });
 
   // Space is the E-STOP everywhere, so Enter toggles a focused checkbox here.

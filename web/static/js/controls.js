@@ -6,6 +6,7 @@
 
 import { session } from "./session.js";
 import { formatCause, setText } from "./format.js";
+import { pageCsrfToken } from "./api.js";
 
 const ESTOP_WS_TIMEOUT_MS = 500;
 
@@ -57,9 +58,10 @@ export function createControls({ root, dialog, estopButton, log, drive }) {
     if (session.connected) res = await session.command("estop", { reason: `dashboard ${source}` }, ESTOP_WS_TIMEOUT_MS);
     if (!res.ok) {
       try {
+        // the e-stop needs no CSRF token (docs/security.md); it goes along anyway, read without waiting
         const r = await fetch("/api/estop", {
           method: "POST",
-          headers: { "Content-Type": "application/json" },
+          headers: { "Content-Type": "application/json", "X-CSRF-Token": pageCsrfToken() },
           body: JSON.stringify({ reason: `dashboard ${source}` }),
           keepalive: true,
         });

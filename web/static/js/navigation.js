@@ -9,6 +9,8 @@
 // heading may be ~10° off: the compass carries an "UNCAL" marker and a dashed amber bezel,
 // and the warning stands above the heading form, so it is read before a turn is sent.
 
+import { apiFetch } from "./api.js";
+
 const SVG = "http://www.w3.org/2000/svg";
 const DEG = 180 / Math.PI;
 const TRAIL = 300;
@@ -170,22 +172,9 @@ function createMap(container, robot) {
 }
 
 async function post(path, body) {
-  const resp = await fetch(path, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  let data = null;
-  try {
-    data = await resp.json();
-  } catch {
-    data = null;
-  }
-  if (!resp.ok) {
-    const msg = data && data.error ? `${data.error.code}: ${data.error.message}` : `HTTP ${resp.status}`;
-    throw new Error(msg);
-  }
-  return data;
+  const res = await apiFetch(path, { body });
+  if (!res.ok) throw new Error(res.status ? `${res.error.code}: ${res.error.message}` : res.error.message);
+  return res.data;
 }
 
 export function createNavigation({ root, robot }) {

@@ -7,8 +7,16 @@
 //
 // It never queues or replays anything: a message sent while disconnected is
 // dropped and reported as failed, so nothing stale reaches the robot later.
+//
+// Login (docs/security.md): the server closes the socket with 4401 when the session
+// ends, and refuses the upgrade once it has (after a gateway restart too); either way
+// the page goes to /login. The lease comes as {"type": "lease", "data"} ("lease"
+// listeners); while someone else holds it, speed and heartbeats are not sent.
 
 import * as presence from "./presence.js";
+import { goToLogin } from "./api.js";
+
+const CLOSE_SESSION_ENDED = 4401;
 
 const BACKOFF_MIN_MS = 250;
 const BACKOFF_MAX_MS = 8000;
@@ -51,6 +59,13 @@ export class Session {
     this._staleMs = 3000;
     this._stopped = false;
     this._sent = [];               // ring of {epoch, t, type, linear, angular} for tests and the bench
+    this.mayDrive = true;          // false while another session holds the control lease (lease.js)
+    this.lease = null;             // the last {"type": "lease"} data
+  }
+
+  /** Whether this page may send speed and heartbeats (false: they would be refused, so they stay home). */
+  setMayDrive(v) {
+    this.mayDrive = Boolean(v);
   }
 
   on(type, fn) {
@@ -110,7 +125,13 @@ export class Session {
       this.lastRxMs = performance.now();
       this._onMessage(e.data);
     };
-    ws.onclose = () => this._closed(ws, "socket closed");
+    ws.onclose = (e) => {
+      if (e.code === CLOSE_SESSION_ENDED) {
+        this._stopped = true;     // no reconnect: the session is over
+        goToLogin();
+      }
+      this._closed(ws, "socket closed");
+    };
     ws.onerror = () => { /* a close event follows */ };
   }
 
@@ -130,7 +151,19 @@ export class Session {
     this._posted.clear();
     this._emit("disconnect", { why, wasConnected });
     if (this._stopped) return;
+    if (!wasConnected) this._checkLogin();
     this._scheduleRetry();
+  }
+
+  /** A refused upgrade looks like any failed connect: ask whether the session is still good. */
+  async _checkLogin() {
+    try {
+      const r = await fetch("/api/auth/me", { credentials: "same-origin", cache: "no-store" });
+      if (r.status === 401) {
+        this.stop();
+        goToLogin();
+      }
+    } catch { /* the server is unreachable: keep retrying */ }
   }
 
   _scheduleRetry() {
@@ -188,6 +221,10 @@ export class Session {
         break;
       case "pong":
         this._onPong(msg);
+        break;
+      case "lease":
+        this.lease = msg.data;   // kept: a panel that loads later starts from it
+        this._emit("lease", msg.data);
         break;
       case "ack":
       case "error": {
@@ -267,6 +304,7 @@ export class Session {
   send(msg) {
     const ws = this.ws;
     if (!ws || ws.readyState !== WebSocket.OPEN || !this.connected) return false;
+    if (!this.mayDrive && (msg.type === "speed" || msg.type === "heartbeat")) return false;
     ws.send(JSON.stringify(msg));
     this._sent.push({ epoch: this.epoch, t: clientNowMs(), type: msg.type, linear: msg.linear, angular: msg.angular });
     if (this._sent.length > SENT_LOG_SIZE) this._sent.splice(0, this._sent.length - SENT_LOG_SIZE);

@@ -1,0 +1,79 @@
+// The login page: POST /api/auth/login as JSON (the server sets the HttpOnly session
+// cookie), then go back where the user was heading (?next=, same-origin paths only).
+//
+// A second step appears only when the server answers otp_required (the password was
+// right and the user has a TOTP second factor).
+
+const $ = (sel) => document.querySelector(sel);
+
+/** The ?next= target when it is a path on this server, else the dashboard. */
+export function safeNext(search) {
+  const next = new URLSearchParams(search).get("next") || "/";
+  // "/x" only: not "//host" or "/\host" (both leave the origin), not "javascript:", not a full URL
+  return /^\/(?![/\\])/.test(next) ? next : "/";
+}
+
+function showError(text) {
+  const el = $("#login-error");
+  el.textContent = text || "";
+  el.hidden = !text;
+}
+
+function setBusy(form, busy) {
+  form.classList.toggle("busy", busy);
+  $("#login-submit").disabled = busy;
+}
+
+async function submit(form) {
+  const username = $("#login-user").value.trim();
+  const password = $("#login-password").value;
+  const otpField = $("#login-otp-field");
+  const otp = otpField.hidden ? null : $("#login-otp").value.trim();
+  $("#login-user").setAttribute("aria-invalid", String(!username));
+  $("#login-password").setAttribute("aria-invalid", String(!password));
+  if (!username || !password) {
+    showError("Enter your user name and password.");
+    return;
+  }
+  showError("");
+  setBusy(form, true);
+  let resp;
+  let body = null;
+  try {
+    resp = await fetch("/api/auth/login", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(otp ? { username, password, otp } : { username, password }),
+      credentials: "same-origin",
+      cache: "no-store",
+    });
+    body = await resp.json().catch(() => null);
+  } catch (err) {
+    setBusy(form, false);
+    showError(`The server cannot be reached (${err.message || err}).`);
+    return;
+  }
+  setBusy(form, false);
+  if (resp.ok) {
+    window.location.assign(safeNext(window.location.search));
+    return;
+  }
+  const error = (body && body.error) || {};
+  if (error.code === "otp_required") {
+    otpField.hidden = false;
+    $("#login-otp").focus();
+    showError(error.message || "Enter the one-time code.");
+    return;
+  }
+  if (error.code === "invalid_credentials") $("#login-password").select();
+  showError(error.message || `Login failed (HTTP ${resp.status}).`);
+}
+
+const form = $("#login-form");
+if (form) {
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    submit(form);
+  });
+  $("#login-user").focus();
+}
