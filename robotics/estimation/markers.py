@@ -23,8 +23,9 @@ that is the fix an odometry+UWB filter fuses like a UWB fix.
 Noise of a marker measurement (:func:`observation_sigmas`): the corners are
 found to about ``corner_sigma_px`` pixels, so the apparent size ``f·L/r`` of a
 marker of side ``L`` is good to that, and the range error grows as ``r²``;
-bearing is good to about a pixel's angle. The defaults come from the sim camera
-(tests/server/gateway/vision: corner errors ≤ 0.5 px on the 640×480 sim image).
+bearing is good to about a pixel's angle; facing needs a big marker. The corner
+accuracy default comes from the sim camera (tests/sim/test_camera.py: corners within
+0.75 px, mostly under 0.5, on the 640×480 sim image).
 
 >>> marker_map = {1: (4.0, 2.0, math.pi), 2: (4.0, 0.0, math.pi)}
 >>> obs = [observe((1.0, 1.0, 0.0), marker_map[i], i) for i in (1, 2)]
@@ -130,17 +131,20 @@ def observation_sigmas(range_m: float, marker_size_m: float, focal_px: float,
     """(range, bearing, facing) standard deviations of one marker seen at ``range_m``.
 
     Range from the apparent size: ``r = f·L/s`` with ``s`` good to ``corner_sigma_px``
-    gives ``σr = r²·σpx/(f·L)``; bearing ``σpx/f``; facing from the perspective
-    of a square ``s`` pixels wide: about ``2·σpx/s`` rad, at least 2°.
+    gives ``σr = r²·σpx/(f·L)``; bearing ``σpx/f``. Facing comes from perspective alone
+    (near frontal, turning the square by θ changes its width only to second order):
+    its near edge looks taller than its far edge by ``s²·θ/f`` px, so
+    ``σθ = √2·σpx·f/s²`` rad, at least 2°: useless for a marker 20 px wide (0.6 rad),
+    good to ~3° at 80 px.
 
     >>> [round(v, 4) for v in observation_sigmas(2.0, 0.2, 500.0)]
-    [0.02, 0.001, 0.0349]
+    [0.02, 0.001, 0.1414]
     """
     if not (range_m > 0 and marker_size_m > 0 and focal_px > 0 and corner_sigma_px > 0):
         raise ValueError("range_m, marker_size_m, focal_px and corner_sigma_px must be > 0")
     size_px = focal_px * marker_size_m / range_m
     return (range_m * range_m * corner_sigma_px / (focal_px * marker_size_m), corner_sigma_px / focal_px,
-            max(2.0 * corner_sigma_px / size_px, math.radians(2.0)))
+            max(math.sqrt(2.0) * corner_sigma_px * focal_px / size_px**2, math.radians(2.0)))
 
 
 def _known(observations: Iterable[MarkerObservation], marker_map: Mapping[int, Sequence[float]]):
