@@ -12,6 +12,7 @@ import numpy as np
 
 from robotics.angles import wrap_pi
 from server.config import DEFAULT_CONFIG
+from server.gateway.vision.floor import BLOCKED_FRACTION, SLICE_M
 from server.gateway.vision import (
     VisionPipeline, VisionWorker, camera_from_config, markers_from_world, parse_vision_config,
 )
@@ -42,6 +43,17 @@ def frame(pose: dict, world: World = WORLD, intrinsics: CameraIntrinsics = K, qu
 def process(pipe: VisionPipeline, pose: dict, **kw):
     """Decode and process one rendered frame as the worker does."""
     return VisionWorker(pipe, 10.0).run_once(frame(pose, **kw), time.time())
+
+
+def sweep_poses(step: float = 0.6) -> list[dict]:
+    """Poses over the field (clear of walls, boxes and ramps), eight headings each."""
+    out = []
+    for x in np.arange(0.8, 5.6, step):
+        for y in np.arange(0.6, 3.6, step):
+            if WORLD.clearance(x, y) < 0.3 or WORLD.inside_obstacle(x, y) or any(r.contains(x, y) for r in WORLD.ramps):
+                continue
+            out += [{"x": float(x), "y": float(y), "yaw": float(a)} for a in np.arange(0.0, 2 * math.pi, math.pi / 4)]
+    return out
 
 
 def truth(pose: dict, marker) -> tuple[float, float]:
@@ -84,3 +96,13 @@ def ground_truth_free(pose: dict, band, world: World = WORLD) -> np.ndarray:
         if free[i] and (world.inside_obstacle(wx[i], wy[i]) or any(r.contains(wx[i], wy[i]) for r in world.ramps)):
             free[i] = False
     return free
+
+
+def truth_clear(band, free: np.ndarray, near: float, far: float) -> float:
+    """The cue's definition of clear_m applied to the true free/blocked pixels."""
+    slices = band.slices[band.mask]
+    n = int(np.ceil((far - near) / SLICE_M - 1e-9))
+    per = np.bincount(slices, minlength=n)
+    blocked = np.bincount(slices[~free], minlength=n)
+    hit = (blocked >= np.maximum(2, BLOCKED_FRACTION * per)) & (per > 0)
+    return near + SLICE_M * int(np.argmax(hit)) if hit.any() else far

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from server.gateway.vision import VisionWorker
-from server.gateway.vision.floor import BLOCKED_FRACTION, SLICE_M
 from sim.camera import CameraIntrinsics, CameraMount, render
-from tests.server.gateway.vision.scene import K, WORLD, ground_truth_free, pipeline, process
+from tests.server.gateway.vision.scene import K, WORLD, ground_truth_free, pipeline, process, truth_clear
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,16 +27,6 @@ SCENES = [
     ({"x": 2.0, "y": 1.0, "yaw": 0.0}, "ramps ahead (another colour: not plain floor)"),
     ({"x": 1.5, "y": 2.2, "yaw": -1.9}, "ramp off to one side"),
 ]
-
-
-def truth_clear(band, free: np.ndarray, near: float, far: float) -> float:
-    """The cue's definition of clear_m applied to the true free/blocked pixels."""
-    slices = band.slices[band.mask]
-    n = int(np.ceil((far - near) / SLICE_M - 1e-9))
-    per = np.bincount(slices, minlength=n)
-    blocked = np.bincount(slices[~free], minlength=n)
-    hit = (blocked >= np.maximum(2, BLOCKED_FRACTION * per)) & (per > 0)
-    return near + SLICE_M * int(np.argmax(hit)) if hit.any() else far
 
 
 @pytest.fixture(scope="module")

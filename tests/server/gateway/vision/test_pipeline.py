@@ -15,20 +15,9 @@ from robotics.angles import wrap_pi
 from server.gateway.vision import CameraModel, VisionPipeline, VisionWorker, parse_vision_config
 from server.gateway.vision.worker import jpeg_size
 from sim.camera import CameraIntrinsics, CameraMount, render
-from tests.server.gateway.vision.scene import K, WORLD, WORLD_CFG, frame, pipeline, process, truth
+from tests.server.gateway.vision.scene import K, WORLD, WORLD_CFG, frame, pipeline, process, sweep_poses, truth
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def sweep_poses(step: float = 0.6) -> list[dict]:
-    """Poses over the field (clear of walls, boxes and ramps), eight headings each."""
-    out = []
-    for x in np.arange(0.8, 5.6, step):
-        for y in np.arange(0.6, 3.6, step):
-            if WORLD.clearance(x, y) < 0.3 or WORLD.inside_obstacle(x, y) or any(r.contains(x, y) for r in WORLD.ramps):
-                continue
-            out += [{"x": float(x), "y": float(y), "yaw": float(a)} for a in np.arange(0.0, 2 * math.pi, math.pi / 4)]
-    return out
 
 
 @pytest.fixture(scope="module")
