@@ -290,22 +290,21 @@ def _marker_bitmap(dictionary: str, marker_id: int, cell_px: int) -> np.ndarray:
 def _marker_hosts(world: World, verts: np.ndarray) -> dict[int, list[Marker]]:
     """Markers keyed by the index of the face they are printed on (-1: on none)."""
     hosts: dict[int, list[Marker]] = {}
+    if len(verts):
+        e1, e2 = verts[:, 1] - verts[:, 0], verts[:, 3] - verts[:, 0]
+        n = np.cross(e1, e2)
+        norm = np.maximum(np.linalg.norm(n, axis=1), 1e-12)
+        e1e1, e2e2 = (e1 * e1).sum(1), (e2 * e2).sum(1)
     for m in world.markers:
         host = -1
-        centre = np.array([m.x, m.y, m.z])
-        for i, quad in enumerate(verts):
-            e1, e2 = quad[1] - quad[0], quad[3] - quad[0]
-            n = np.cross(e1, e2)
-            norm = float(np.linalg.norm(n))
-            if norm < 1e-12 or abs(float(n @ m.normal)) < 0.999 * norm:
-                continue  # not parallel to the marker
-            rel = centre - quad[0]
-            if abs(float(rel @ n)) / norm > 0.01:
-                continue  # more than 1 cm off the face's plane
-            u, v = float(rel @ e1) / float(e1 @ e1), float(rel @ e2) / float(e2 @ e2)
-            if 0.0 <= u <= 1.0 and 0.0 <= v <= 1.0:
-                host = i
-                break
+        if len(verts):
+            rel = np.array([m.x, m.y, m.z]) - verts[:, 0]
+            u, v = (rel * e1).sum(1) / e1e1, (rel * e2).sum(1) / e2e2
+            ok = ((np.abs(n @ m.normal) >= 0.999 * norm)  # parallel to the marker
+                  & (np.abs((rel * n).sum(1)) / norm <= 0.01)  # within 1 cm of the face's plane
+                  & (u >= 0.0) & (u <= 1.0) & (v >= 0.0) & (v <= 1.0))
+            if ok.any():
+                host = int(np.argmax(ok))
         hosts.setdefault(host, []).append(m)
     return hosts
 
