@@ -28,6 +28,7 @@ Settings (the ``[driver]`` table; every key optional):
 ``imu``             table: a 6-axis IMU (:class:`sim.imu.VirtualImu`) on the rover's 3D pose
 ``magnetometer``    table: a 3-axis magnetometer (:class:`sim.magnetometer.Magnetometer`)
 ``uwb``             table: a UWB tag ranging to fixed anchors (:class:`sim.uwb.UwbRanger`)
+``doppler``         table: a microwave Doppler radar (:class:`sim.doppler.DopplerRadar`)
 ==================  =====================================================================
 
 The inertial and UWB sensors are on when their table is present (``enabled = false``
@@ -55,8 +56,22 @@ refused. Channels and their units (body frame: x forward, y left, z up):
   ``dropout_probability``. ``Frame.truth["uwb_true_m"]`` holds the true tag-anchor distances
   of the latest measurement (the "surveyed" distances a range calibration needs).
 
+* ``doppler_speed_m_s`` speed over ground along body x, m/s (0 below the radar's minimum
+  detectable speed; never negative without ``quadrature``), ``doppler_motion`` 1 when a moving
+  object is in the forward beam, else 0, ``doppler_target_speed_m_s`` its closing speed (m/s,
+  positive approaching, NaN with none); measured at ``rate_hz`` (20) on the simulation clock
+  and held in between, each value carrying the host time of its measurement, so a rule on
+  them goes stale like any other. Keys: ``rate_hz``, ``frequency_ghz`` (24.125),
+  ``depression_deg`` (35, beam below body x), ``window_s`` (1/``rate_hz``), ``min_speed_m_s``
+  (default: one spectral bin, ``c/(2·f0·cos(depression)·window_s)``), ``sigma_rel`` (0.02),
+  ``sigma_m_s`` (0.005), ``quadrature`` (true: signed speed), ``mount_forward_m`` (0.15),
+  ``motion_range_m`` (5), ``motion_half_angle_deg`` (40), ``motion_min_speed_m_s`` (0.1),
+  ``false_alarm_probability``, ``miss_probability`` (0), ``targets`` (``[{from = [x, y],
+  to = [x, y], speed_m_s, start_s}]``: points walking back and forth, seen only by the radar).
+  ``Frame.truth`` holds ``doppler_true_speed_m_s`` and ``doppler_targets`` (their ``[x, y]``).
+
 ``noise = false`` also turns off the IMU's whole error model, the magnetometer's noise and
-the UWB noise, NLOS excess and dropouts; the magnetometer's iron and the UWB polynomial
+the UWB noise, NLOS excess and dropouts, and the radar's noise, false alarms and misses; the magnetometer's iron and the UWB polynomial
 distortion stay (they are what the calibrations remove). Each sensor draws from its own
 generator spawned from ``seed``, so enabling one does not change another's sequence.
 
@@ -84,6 +99,7 @@ import numpy as np
 
 from drivers.base import Acquisition, ChannelSpec, Driver, Frame
 from drivers.errors import DriverConfigError, DriverError, DriverOpenError, DriverTimeoutError
+from sim.doppler import DopplerRadar, MovingTarget, min_detectable_speed
 from sim.imu import ImuNoise, VirtualImu
 from sim.magnetometer import Magnetometer
 from sim.rover import RoverParams, RoverSim
@@ -95,10 +111,11 @@ logger = logging.getLogger(__name__)
 _FAULTS = (None, "read_error", "timeout", "open_error")
 _IGNORED_KEYS = ("name",)  # the [driver] table names the driver itself
 _KNOWN_KEYS = ("time_scale", "rate_hz", "noise", "start_pose", "max_read_dt_s", "rover", "rangers",
-               "imu", "magnetometer", "uwb")
+               "imu", "magnetometer", "uwb", "doppler")
 _AXES = ("x", "y", "z")
 # child keys of SeedSequence(seed) per random stream; the camera uses (0,)
-_SEED_IMU, _SEED_MAG, _SEED_UWB = 1, 2, 3
+_SEED_IMU, _SEED_MAG, _SEED_UWB, _SEED_DOPPLER = 1, 2, 3, 4
+DOPPLER_CHANNELS = ("doppler_speed_m_s", "doppler_motion", "doppler_target_speed_m_s")
 _UT = 1e-6  # tesla per microtesla
 
 
@@ -199,6 +216,49 @@ def _uwb(table: Any, noise: bool) -> tuple[UwbRanger, float, float] | None:
     return ranger, rate_hz, t.num("tag_height_m", 0.15, -10.0, 10.0)
 
 
+def _doppler(table: Any, noise: bool) -> tuple[dict[str, Any], float] | None:
+    """(keyword arguments of :class:`DopplerRadar` but ``world``, rate_hz) from ``[driver.doppler]``, or None."""
+    t = _Table("doppler", table, ("enabled", "rate_hz", "frequency_ghz", "depression_deg", "window_s",
+                                  "min_speed_m_s", "sigma_rel", "sigma_m_s", "quadrature", "mount_forward_m",
+                                  "motion_range_m", "motion_half_angle_deg", "motion_min_speed_m_s",
+                                  "false_alarm_probability", "miss_probability", "targets"))
+    rate_hz = t.num("rate_hz", 20.0, 0.0, 1000.0)
+    if rate_hz <= 0.0:
+        raise ValueError("sim driver: doppler.rate_hz must be > 0")
+    depression = math.radians(t.num("depression_deg", 35.0, 0.0, 80.0))
+    window_s = t.num("window_s", 1.0 / rate_hz, 1e-3, 10.0)
+    freq_hz = t.num("frequency_ghz", 24.125, 0.1, 1000.0) * 1e9
+    quadrature = t.table.get("quadrature", True)
+    if not isinstance(quadrature, bool):
+        raise ValueError("sim driver: doppler.quadrature must be true or false")
+    targets_cfg = t.table.get("targets", [])
+    if not isinstance(targets_cfg, list):
+        raise ValueError("sim driver: doppler.targets must be a list of tables")
+    targets = []
+    for i, tc in enumerate(targets_cfg):
+        tt = _Table(f"doppler.targets[{i}]", tc, ("from", "to", "speed_m_s", "start_s"))
+        a, b = tt.vec("from", None, ((2,),)), tt.vec("to", None, ((2,),))
+        speed = tt.num("speed_m_s", 1.0, 0.0, 100.0)
+        if speed <= 0.0 or float(np.hypot(*(b - a))) <= 0.0:
+            raise ValueError(f"sim driver: doppler.targets[{i}] needs from != to and speed_m_s > 0")
+        targets.append(MovingTarget(tuple(a), tuple(b), speed, tt.num("start_s", 0.0, 0.0)))
+    kw = {
+        "depression_rad": depression,
+        "min_speed_m_s": t.num("min_speed_m_s", min_detectable_speed(freq_hz, depression, window_s), 0.0, 100.0),
+        "sigma_rel": t.num("sigma_rel", 0.02, 0.0, 1.0) if noise else 0.0,
+        "sigma_m_s": t.num("sigma_m_s", 0.005, 0.0, 10.0) if noise else 0.0,
+        "quadrature": quadrature,
+        "mount_forward_m": t.num("mount_forward_m", 0.15, -10.0, 10.0),
+        "motion_range_m": t.num("motion_range_m", 5.0, 0.01, 1000.0),
+        "motion_half_angle_rad": math.radians(t.num("motion_half_angle_deg", 40.0, 0.1, 180.0)),
+        "motion_min_speed_m_s": t.num("motion_min_speed_m_s", 0.1, 0.0, 100.0),
+        "false_alarm_probability": t.num("false_alarm_probability", 0.0, 0.0, 1.0) if noise else 0.0,
+        "miss_probability": t.num("miss_probability", 0.0, 0.0, 1.0) if noise else 0.0,
+        "targets": tuple(targets),
+    }
+    return (kw, rate_hz) if t.enabled() else None
+
+
 class SimDriver(Driver):
     """The simulated rover. ``settings`` is the ``[driver]`` table, ``world_cfg`` the ``[sim.world]`` one.
 
@@ -266,6 +326,7 @@ class SimDriver(Driver):
             self._imu_kw = _imu_settings(settings["imu"], bool(noise)) if "imu" in settings else None
             self._mag = _magnetometer(settings["magnetometer"], bool(noise)) if "magnetometer" in settings else None
             self._uwb = _uwb(settings["uwb"], bool(noise)) if "uwb" in settings else None
+            self._doppler_cfg = _doppler(settings["doppler"], bool(noise)) if "doppler" in settings else None
         except TypeError as err:
             raise ValueError(f"sim driver: {err}") from err
         self._start_pose: tuple[float, float, float] | None = None
@@ -291,6 +352,12 @@ class SimDriver(Driver):
         self._held: dict[str, float] = {}
         self._held_t: dict[str, float] = {}
         self._uwb_host_t = -math.inf
+        self._doppler: DopplerRadar | None = None
+        self._doppler_rng: np.random.Generator | None = None
+        self._doppler_out: list[float] = [0.0, 0.0, math.nan]
+        self._doppler_truth: dict[str, Any] = {}
+        self._doppler_host_t = -math.inf
+        self._next_doppler_t = 0.0
         self._next_sample_t = 0.0
         # the latest pose for other threads (the sim camera): replaced whole, never mutated
         self._pose: dict[str, float] = {}
@@ -322,13 +389,14 @@ class SimDriver(Driver):
         self._held = {}
         self._next_sample_t = 0.0
         self._open_sensors()
+        self._doppler = DopplerRadar(**self._doppler_cfg[0], world=world) if self._doppler_cfg else None
         self._sim = sim
         self._pose = self._pose_of(sim)
         logger.info("sim driver open: world %.1f × %.1f m, seed %d", world.width_m, world.height_m, self._seed)
 
     def _open_sensors(self) -> None:
         """Fresh sensor state and generators (seeded: every open replays the same streams)."""
-        streams = np.random.SeedSequence(self._seed).spawn(4)
+        streams = np.random.SeedSequence(self._seed).spawn(5)
         self._imu = None
         if self._imu_kw is not None:
             rng = np.random.default_rng(streams[_SEED_IMU]) if self._imu_kw["noise"] is not None else None
@@ -341,6 +409,10 @@ class SimDriver(Driver):
         self._uwb_ranges = [math.nan] * (len(self._uwb[0].anchors) if self._uwb else 0)
         self._uwb_true = list(self._uwb_ranges)
         self._next_uwb_t = 0.0
+        self._doppler_rng = np.random.default_rng(streams[_SEED_DOPPLER])
+        self._doppler_out = [0.0, 0.0, math.nan]
+        self._doppler_truth = {}
+        self._next_doppler_t = 0.0
 
     def _close(self) -> None:
         """The last :attr:`sim` stays readable."""
@@ -402,6 +474,15 @@ class SimDriver(Driver):
             full = max(100.0, 2.0 * self._mag.field_strength_t / _UT)
             specs += [ChannelSpec(f"mag_{a}_ut", "µT", -full, full, "digital", f"Magnetometer {a}", decimals=1)
                       for a in _AXES]
+        if self._doppler_cfg is not None:
+            top = max(1.0, round(1.5 * p.max_speed_m_s, 1))
+            specs += [
+                ChannelSpec("doppler_speed_m_s", "m/s", -top if self._doppler_cfg[0]["quadrature"] else 0.0, top,
+                            "dial", "Radar ground speed", plot=True, decimals=3),
+                ChannelSpec("doppler_motion", "", 0.0, 1.0, "digital", "Radar motion", decimals=0),
+                ChannelSpec("doppler_target_speed_m_s", "m/s", -5.0, 5.0, "digital", "Radar target closing",
+                            decimals=2),
+            ]
         if self._uwb is not None:
             anchors = self._uwb[0].anchors
             span = float(np.linalg.norm(anchors.max(axis=0) - anchors.min(axis=0)))
@@ -433,6 +514,9 @@ class SimDriver(Driver):
         if self._uwb is not None and t >= self._next_uwb_t - 0.5 * dt:
             self._measure_uwb(sim, t)
             self._uwb_host_t = now
+        if self._doppler is not None and t >= self._next_doppler_t - 0.5 * dt:
+            self._measure_doppler(sim, t)
+            self._doppler_host_t = now
         period = 1.0 / self._acquisition.rate_hz
         # sample when the next sample instant is nearer than half this step: a loop
         # running at the acquisition rate samples every tick despite jitter
@@ -440,7 +524,8 @@ class SimDriver(Driver):
             old, old_t = self._held, self._held_t
             self._held = self._sample(sim)
             # each value keeps the host time it was sampled (the UWB ranges: when they were measured)
-            self._held_t = {name: (self._uwb_host_t if name.startswith("uwb_range_") else now)
+            self._held_t = {name: (self._uwb_host_t if name.startswith("uwb_range_") else
+                                   self._doppler_host_t if name in DOPPLER_CHANNELS else now)
                             for name in self._held}
             for name in self._frozen:  # debug: a sensor that stopped updating (its old sample stays)
                 if name in old and name in self._held:
@@ -460,6 +545,7 @@ class SimDriver(Driver):
         }
         if self._uwb is not None:
             truth["uwb_true_m"] = self._uwb_true
+        truth.update(self._doppler_truth)
         return Frame(t=t, values=dict(self._held), truth=truth, sample_t=dict(self._held_t))
 
     def _measure_uwb(self, sim: RoverSim, t: float) -> None:
@@ -472,6 +558,18 @@ class SimDriver(Driver):
         self._next_uwb_t += 1.0 / rate_hz
         if self._next_uwb_t <= t:
             self._next_uwb_t = t + 1.0 / rate_hz
+
+    def _measure_doppler(self, sim: RoverSim, t: float) -> None:
+        """One radar reading on its own grid (the speed is the mean since the previous one)."""
+        position, rot = sim.pose3d()
+        r = self._doppler.measure(t, position, rot, self._doppler_rng)
+        self._doppler_out = [r.speed_m_s, r.motion, r.target_speed_m_s]  # new lists: frames may hold the old
+        self._doppler_truth = {"doppler_true_speed_m_s": r.true_speed_m_s,
+                               "doppler_targets": [target.position(t).tolist() for target in self._doppler.targets]}
+        rate_hz = self._doppler_cfg[1]
+        self._next_doppler_t += 1.0 / rate_hz
+        if self._next_doppler_t <= t:
+            self._next_doppler_t = t + 1.0 / rate_hz
 
     @staticmethod
     def _pose_of(sim: RoverSim) -> dict[str, float]:
@@ -531,6 +629,8 @@ class SimDriver(Driver):
                 values.update(mag_x_ut=mx, mag_y_ut=my, mag_z_ut=mz)
         for i, r in enumerate(self._uwb_ranges):
             values[f"uwb_range_{i}_m"] = r
+        if self._doppler is not None:
+            values.update(zip(DOPPLER_CHANNELS, self._doppler_out))
         active = self._acquisition.channels
         return {name: values[name] for name in active}
 
@@ -602,6 +702,8 @@ class SimDriver(Driver):
             if self._sim is None or not self.is_open:
                 raise ValueError("teleport needs an open driver")
             self._sim.teleport(*pose)  # ValueError if the footprint would touch an obstacle
+            if self._doppler is not None:
+                self._doppler.reset()  # a jump is not a speed
 
         if "fault" in command:
             if command["fault"] != self._fault:

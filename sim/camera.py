@@ -4,8 +4,18 @@ What it draws, back to front: sky and ground split at the true horizon (which
 follows the camera's roll and pitch), ramps as tinted floor patches, a floor
 grid over the field, the field walls and box obstacles as shaded faces
 (painter's algorithm, back faces culled, clipped at the near plane so
-geometry beside or behind the camera never folds over the image), and a text
-overlay with the sim time and frame number.
+geometry beside or behind the camera never folds over the image), fiducial
+markers on them, and a text overlay with the sim time and frame number.
+
+Markers (:class:`sim.world.Marker`) are the dictionary's bitmap (``cv2.aruco``,
+one cell per pixel, a white quiet zone one cell wide) mapped onto the marker's
+square by the homography the pinhole projection induces on its plane, so a
+detector given the same intrinsics finds their corners where the world puts
+them. The bitmap is taken from a pyramid at about one texel per image pixel and
+warped with bilinear interpolation, which anti-aliases the black square's edges
+(sub-pixel corners, as a real lens gives). A marker is drawn right after the
+face it is printed on (same plane, within 1 cm), so boxes in front hide it;
+one on no face is ordered on its own.
 
 Frames (REP-103): world x east, y north, z up. The robot pose is a mapping with
 ``x, y, z`` (m, z of the ground contact) and ``yaw, pitch, roll`` (rad) where
@@ -17,7 +27,7 @@ on the body at :class:`CameraMount` and looks along body x, tilted down by
 Pure and deterministic: the same inputs give the same image; sensor noise is
 drawn only from the ``rng`` passed in. Nothing reads the wall clock.
 
->>> from sim.world import World
+>>> from sim.world import Marker, World
 >>> w = World.from_config({"size_m": [6.0, 4.0]})
 >>> img = render(w, {"x": 1.0, "y": 2.0, "yaw": 0.0}, CameraIntrinsics(160, 120), t_s=0.0, frame_no=0)
 >>> img.shape, img.dtype.name
@@ -39,7 +49,7 @@ import numpy as np
 
 from robotics.estimation.attitude import rotation_zyx
 
-from sim.world import World
+from sim.world import Marker, World
 
 #: height of walls (the world is a plan; walls have no height of their own), m
 WALL_HEIGHT_M = 0.5
@@ -260,9 +270,102 @@ def _segment_distance(p: np.ndarray, seg: np.ndarray) -> np.ndarray:
     return np.hypot(*(a + d * u[:, None] - p).T)
 
 
+#: largest texel size of the marker bitmap pyramid, px per cell
+_MAX_CELL_PX = 64
+
+
+@functools.lru_cache(maxsize=256)
+def _marker_bitmap(dictionary: str, marker_id: int, cell_px: int) -> np.ndarray:
+    """The marker with its white quiet zone as a BGR bitmap, ``cell_px`` pixels per cell."""
+    d = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, dictionary))
+    cells = d.markerSize + 2  # data bits and the black border
+    img = cv2.aruco.generateImageMarker(d, marker_id, cells, borderBits=1)  # one pixel per cell
+    img = np.pad(img, 1, constant_values=255)  # the quiet zone
+    img = cv2.resize(img, None, fx=cell_px, fy=cell_px, interpolation=cv2.INTER_NEAREST)
+    img = cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    img.flags.writeable = False
+    return img
+
+
+def _marker_hosts(world: World, verts: np.ndarray) -> dict[int, list[Marker]]:
+    """Markers keyed by the index of the face they are printed on (-1: on none)."""
+    hosts: dict[int, list[Marker]] = {}
+    if len(verts):
+        e1, e2 = verts[:, 1] - verts[:, 0], verts[:, 3] - verts[:, 0]
+        n = np.cross(e1, e2)
+        norm = np.maximum(np.linalg.norm(n, axis=1), 1e-12)
+        e1e1, e2e2 = (e1 * e1).sum(1), (e2 * e2).sum(1)
+    for m in world.markers:
+        host = -1
+        if len(verts):
+            rel = np.array([m.x, m.y, m.z]) - verts[:, 0]
+            u, v = (rel * e1).sum(1) / e1e1, (rel * e2).sum(1) / e2e2
+            ok = ((np.abs(n @ m.normal) >= 0.999 * norm)  # parallel to the marker
+                  & (np.abs((rel * n).sum(1)) / norm <= 0.01)  # within 1 cm of the face's plane
+                  & (u >= 0.0) & (u <= 1.0) & (v >= 0.0) & (v <= 1.0))
+            if ok.any():
+                host = int(np.argmax(ok))
+        hosts.setdefault(host, []).append(m)
+    return hosts
+
+
+def _draw_marker(img: np.ndarray, proj: _Projector, m: Marker) -> None:
+    """Warp the marker's bitmap onto its square (see the module docstring); culled from behind."""
+    centre = np.array([m.x, m.y, m.z])
+    if float(m.normal @ (proj.c - centre)) <= 1e-9:
+        return  # seen from behind (or edge-on)
+    cells = m.bits + 4  # data, black border, quiet zone
+    side = m.size_m * cells / (cells - 2)  # the quiet zone's outer square
+    quad = m.corners(cells / (cells - 2))
+    cam_quad = proj.to_cam(quad)
+    depth = cam_quad[:, 0]
+    if (depth < proj.near).all():
+        return
+    poly = cam_quad if (depth >= proj.near).all() else _clip_polygon_near(cam_quad, proj.near)
+    if len(poly) < 3:
+        return
+    px = proj.to_px(poly)
+    h, w = img.shape[:2]
+    x0, y0 = np.floor(px.min(axis=0)).astype(int) - 1
+    x1, y1 = np.ceil(px.max(axis=0)).astype(int) + 2
+    x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
+    if x1 <= x0 or y1 <= y0:
+        return
+    # texel size ≈ the on-screen cell size (a pyramid level): bilinear then neither blurs nor aliases much
+    screen_side = float(np.max(np.linalg.norm(px - np.roll(px, 1, axis=0), axis=1)))
+    cell_px = int(min(_MAX_CELL_PX, 2 ** max(0, math.ceil(math.log2(max(screen_side / cells, 1.0))))))
+    bitmap = _marker_bitmap(m.dictionary, m.id, cell_px)
+    n_px = bitmap.shape[0]
+    # bitmap pixel (s, t) → marker plane (right, up) m → camera (depth, left, up) → homogeneous image point
+    to_plane = np.array([[side / n_px, 0.0, side * (0.5 / n_px - 0.5)],
+                         [0.0, -side / n_px, side * (0.5 - 0.5 / n_px)],
+                         [0.0, 0.0, 1.0]])
+    axes = m.axes
+    to_cam = np.column_stack((axes[:, 0] @ proj.R, axes[:, 1] @ proj.R, (centre - proj.c) @ proj.R))
+    to_img = np.array([[proj.cx, -proj.f, 0.0], [proj.cy, 0.0, -proj.f], [1.0, 0.0, 0.0]])
+    shift = np.array([[1.0, 0.0, -x0], [0.0, 1.0, -y0], [0.0, 0.0, 1.0]])
+    H = shift @ to_img @ to_cam @ to_plane
+    roi = img[y0:y1, x0:x1]
+    if (depth >= proj.near).all():
+        cv2.warpPerspective(bitmap, H, (x1 - x0, y1 - y0), dst=roi, flags=cv2.INTER_LINEAR,
+                            borderMode=cv2.BORDER_TRANSPARENT)
+        return
+    # crossing the near plane: rays through pixels outside the clipped quad meet the plane behind the
+    # camera, where the homography is meaningless, so keep only the clipped polygon
+    warped = roi.copy()
+    cv2.warpPerspective(bitmap, H, (x1 - x0, y1 - y0), dst=warped, flags=cv2.INTER_LINEAR,
+                        borderMode=cv2.BORDER_TRANSPARENT)
+    mask = np.zeros(roi.shape[:2], np.uint8)
+    cv2.fillPoly(mask, [_fixed(px - (x0, y0)).reshape(-1, 1, 2)], 255, cv2.LINE_8, _SHIFT)
+    np.copyto(roi, warped, where=mask[:, :, None].astype(bool))
+
+
 def _draw_solids(img: np.ndarray, proj: _Projector, world: World) -> None:
     verts, normals, colours, foot, group = _faces(world)
+    hosts = _marker_hosts(world, verts) if world.markers else {}
     if not len(verts):
+        for m in hosts.get(-1, []):
+            _draw_marker(img, proj, m)
         return
     centre = proj.c
     mid = verts.mean(axis=1)
@@ -287,10 +390,14 @@ def _draw_solids(img: np.ndarray, proj: _Projector, world: World) -> None:
         m = group == g
         order_key[m] = np.inf if g < 0 else dist[m].min()
     order = np.lexsort((-dist, -order_key))
+    # markers on no face: drawn before the first face nearer than their own nearest point
+    free = sorted(hosts.get(-1, []), key=lambda m: -float(_segment_distance(centre[:2], m.corners()[None, 2:, :2])[0]))
     cam = proj.to_cam(verts)
     depth = cam[:, :, 0]
     near = proj.near
     for i in order:
+        while free and float(_segment_distance(centre[:2], free[0].corners()[None, 2:, :2])[0]) >= order_key[i]:
+            _draw_marker(img, proj, free.pop(0))
         if not visible[i]:
             continue
         d = depth[i]
@@ -303,6 +410,10 @@ def _draw_solids(img: np.ndarray, proj: _Projector, world: World) -> None:
         c = tuple(float(v) for v in colour[i])
         cv2.fillPoly(img, [px], c, cv2.LINE_8, _SHIFT)
         cv2.polylines(img, [px], True, tuple(0.6 * v for v in c), 1, cv2.LINE_8, _SHIFT)
+        for m in hosts.get(i, ()):
+            _draw_marker(img, proj, m)
+    for m in free:
+        _draw_marker(img, proj, m)
 
 
 def _draw_ramps(img: np.ndarray, proj: _Projector, world: World) -> None:

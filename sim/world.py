@@ -1,6 +1,11 @@
-"""The simulated 2D world: a rectangular field, walls, box obstacles and tilted ramps.
+"""The simulated 2D world: a rectangular field, walls, box obstacles, tilted ramps and fiducial markers.
 
 Frames: world x east, y north, z up (REP-103); metres and radians.
+
+Markers are square fiducials (OpenCV ArUco or AprilTag dictionaries) printed on
+walls or boxes at known poses, so a vision pipeline can be tested against ground
+truth: :class:`Marker` gives their corners in OpenCV's order, and the synthetic
+camera (:mod:`sim.camera`) draws them with the same projection as everything else.
 
 >>> w = World.from_config({"size_m": [4.0, 3.0]})
 >>> round(w.raycast((1.0, 1.5), 0.0, 10.0), 3)   # east from x=1 to the east wall at x=4
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -78,6 +84,103 @@ class Ramp:
         return c * gx_l - s * gy_l, s * gx_l + c * gy_l
 
 
+#: the predefined dictionaries of ``cv2.aruco`` a marker may use: name → (data bits per side, ids).
+#: Plain data (sim/world.py does not import OpenCV); tests/sim/test_world.py checks it against cv2.aruco.
+#: The default, DICT_4X4_50, has the fewest cells across (6 with the border) so a printed marker of a
+#: given size has the biggest cells: detected farthest away and with the smallest corner error, and its
+#: 50 ids are plenty for a field. AprilTag 36h11 (8 cells across, Hamming distance 11) trades range for
+#: far fewer false detections in a cluttered real scene.
+MARKER_DICTIONARIES: dict[str, tuple[int, int]] = {
+    **{f"DICT_{n}X{n}_{k}": (n, k) for n in (4, 5, 6, 7) for k in (50, 100, 250, 1000)},
+    "DICT_ARUCO_ORIGINAL": (5, 1024),
+    "DICT_APRILTAG_16h5": (4, 30),
+    "DICT_APRILTAG_25h9": (5, 35),
+    "DICT_APRILTAG_36h10": (6, 2320),
+    "DICT_APRILTAG_36h11": (6, 587),
+    "DICT_ARUCO_MIP_36h12": (6, 250),
+}
+DEFAULT_MARKER_DICTIONARY = "DICT_4X4_50"
+_MARKER_KEYS = ("id", "position", "yaw_deg", "size_m", "dictionary")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A square fiducial standing upright: centre (x, y, z) m, facing ``yaw`` rad, black square ``size_m``.
+
+    ``yaw`` is the ENU direction the printed face looks (its outward normal): a marker
+    with yaw 0 is seen by a camera to its east looking west. ``size_m`` is the side of
+    the black square (OpenCV's ``markerLength``); a white quiet zone one cell wide
+    surrounds it. Marker axes (OpenCV's): x to the right and y up as seen from the
+    front, z out of the face.
+
+    >>> m = Marker(7, 1.0, 2.0, 0.3, 0.0, 0.2)
+    >>> m.corners().round(3).tolist()     # TL, TR, BR, BL seen from the east (looking west, north is right)
+    [[1.0, 1.9, 0.4], [1.0, 2.1, 0.4], [1.0, 2.1, 0.2], [1.0, 1.9, 0.2]]
+    """
+
+    id: int
+    x: float
+    y: float
+    z: float
+    yaw: float
+    size_m: float
+    dictionary: str = DEFAULT_MARKER_DICTIONARY
+
+    @property
+    def normal(self) -> np.ndarray:
+        """Unit outward normal (3,), world frame."""
+        return np.array([math.cos(self.yaw), math.sin(self.yaw), 0.0])
+
+    @property
+    def axes(self) -> np.ndarray:
+        """R_world_marker (3, 3): columns are the marker's x (right), y (up) and z (out of the face)."""
+        c, s = math.cos(self.yaw), math.sin(self.yaw)
+        return np.array([[-s, 0.0, c], [c, 0.0, s], [0.0, 1.0, 0.0]])
+
+    @property
+    def bits(self) -> int:
+        """Data cells per side (4 for DICT_4X4_*)."""
+        return MARKER_DICTIONARIES[self.dictionary][0]
+
+    def corners(self, scale: float = 1.0) -> np.ndarray:
+        """World corners (4, 3) of the black square (``scale`` > 1: a larger concentric square),
+        in OpenCV's order: top-left, top-right, bottom-right, bottom-left seen from the front."""
+        h = 0.5 * self.size_m * scale
+        local = np.array([[-h, h, 0.0], [h, h, 0.0], [h, -h, 0.0], [-h, -h, 0.0]])
+        return local @ self.axes.T + np.array([self.x, self.y, self.z])
+
+    @classmethod
+    def from_config(cls, cfg: Any, where: str = "markers") -> "Marker":
+        """One ``[[sim.world.markers]]`` table; :class:`ValueError` names the key that is wrong."""
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{where} must be a table")
+        unknown = sorted(str(k) for k in cfg if k not in _MARKER_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_MARKER_KEYS)})")
+        dictionary = cfg.get("dictionary", DEFAULT_MARKER_DICTIONARY)
+        if dictionary not in MARKER_DICTIONARIES:
+            raise ValueError(f"{where}.dictionary {dictionary!r} is not one of {', '.join(MARKER_DICTIONARIES)}")
+        mid = cfg.get("id")
+        n_ids = MARKER_DICTIONARIES[dictionary][1]
+        if isinstance(mid, bool) or not isinstance(mid, int) or not 0 <= mid < n_ids:
+            raise ValueError(f"{where}.id must be an integer in [0, {n_ids - 1}] ({dictionary})")
+        pos = cfg.get("position")
+        if not isinstance(pos, (list, tuple)) or len(pos) != 3 or not all(_finite(v) for v in pos):
+            raise ValueError(f"{where}.position must be [x, y, z] in metres (z: the centre's height)")
+        yaw_deg = cfg.get("yaw_deg", 0.0)
+        size = cfg.get("size_m")
+        if not _finite(yaw_deg):
+            raise ValueError(f"{where}.yaw_deg must be a finite number")
+        if not _finite(size) or not 0.0 < size <= 10.0:
+            raise ValueError(f"{where}.size_m must be a number in (0, 10] metres")
+        return cls(mid, float(pos[0]), float(pos[1]), float(pos[2]), math.radians(float(yaw_deg)), float(size),
+                   dictionary)
+
+
+def _finite(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
 @dataclass
 class World:
     """Field of ``size_m`` (x from 0 to width, y from 0 to height) enclosed by walls."""
@@ -87,6 +190,7 @@ class World:
     walls: list[Segment] = field(default_factory=list)
     boxes: list[Box] = field(default_factory=list)
     ramps: list[Ramp] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
 
     @classmethod
     def from_config(cls, cfg: dict) -> "World":
@@ -111,8 +215,25 @@ class World:
                     math.radians(float(r.get("cross_slope_deg", 0.0))),
                 )
             )
+        markers = cfg.get("markers", [])
+        if not isinstance(markers, list):
+            raise ValueError("markers must be a list of tables ([[sim.world.markers]])")
+        seen: set[tuple[str, int]] = set()
+        for i, m in enumerate(markers):
+            marker = Marker.from_config(m, f"markers[{i}]")
+            if (marker.dictionary, marker.id) in seen:  # the map would be ambiguous
+                raise ValueError(f"markers[{i}]: id {marker.id} ({marker.dictionary}) is used twice")
+            seen.add((marker.dictionary, marker.id))
+            world.markers.append(marker)
         world._build_segments()
         return world
+
+    def marker(self, marker_id: int, dictionary: str = DEFAULT_MARKER_DICTIONARY) -> Marker:
+        """The marker with this id (``KeyError`` if there is none)."""
+        for m in self.markers:
+            if m.id == marker_id and m.dictionary == dictionary:
+                return m
+        raise KeyError(f"no marker {marker_id} ({dictionary}) in the world")
 
     def __post_init__(self) -> None:
         self._build_segments()

@@ -190,3 +190,107 @@ def test_sim_camera_failures_are_camera_errors():
         cam.read()
     cam.close()
     cam.close()  # twice is fine
+
+
+# --------------------------------------------------------------------------- fiducial markers
+import cv2  # noqa: E402 - only the marker tests decode markers
+
+MARKER_WORLD = {"size_m": [8.0, 6.0]}
+
+
+def marker_world(**extra) -> World:
+    m = {"id": 5, "position": [8.0, 3.0, 0.3], "yaw_deg": 180, "size_m": 0.16, **extra}
+    return World.from_config({**MARKER_WORLD, "markers": [m]})
+
+
+def project(points: np.ndarray, pose: dict, mount: CameraMount = CameraMount()) -> np.ndarray:
+    """The pinhole projection written out (u = cx − f·left/depth, v = cy − f·up/depth)."""
+    c, R = camera_pose(pose, mount)
+    cam = (points - c) @ R
+    return np.stack((CX - F * cam[:, 1] / cam[:, 0], CY - F * cam[:, 2] / cam[:, 0]), axis=1)
+
+
+def detect(img: np.ndarray, dictionary: str = "DICT_4X4_50"):
+    params = cv2.aruco.DetectorParameters()
+    params.cornerRefinementMethod = cv2.aruco.CORNER_REFINE_SUBPIX
+    det = cv2.aruco.ArucoDetector(cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, dictionary)), params)
+    corners, ids, _ = det.detectMarkers(cv2.cvtColor(img, cv2.COLOR_BGR2GRAY))
+    return {} if ids is None else {int(i): c.reshape(4, 2) for i, c in zip(ids.ravel(), corners)}
+
+
+@pytest.mark.parametrize("dictionary", ["DICT_4X4_50", "DICT_APRILTAG_36h11"])
+@pytest.mark.parametrize("pose", [
+    {"x": 7.0, "y": 3.0},                                           # 0.9 m, square on
+    {"x": 6.0, "y": 2.5, "yaw": 0.2},                               # off to the side
+    {"x": 4.0, "y": 3.5, "yaw": -0.1, "pitch": 0.05, "roll": 0.03},  # 4 m, tilted body
+    {"x": 6.5, "y": 1.5, "yaw": 0.6},                               # oblique
+])
+def test_marker_is_decoded_with_its_corners_where_the_projection_puts_them(dictionary, pose):
+    w = marker_world(dictionary=dictionary)
+    img = render(w, pose, K, 0.0, 0, overlay=False)
+    found = detect(img, dictionary)
+    assert list(found) == [5]
+    err = np.linalg.norm(found[5] - project(w.markers[0].corners(), pose), axis=1)
+    assert err.max() < 0.75  # px: sub-pixel, from the anti-aliased edges
+
+
+def test_marker_seen_from_behind_or_behind_the_camera_is_not_drawn():
+    plain = World.from_config(MARKER_WORLD)
+    # a free-standing marker at (4, 3) facing east, seen from its west side: the back
+    w = World.from_config({**MARKER_WORLD, "markers": [{"id": 1, "position": [4.0, 3.0, 0.3], "yaw_deg": 0,
+                                                        "size_m": 0.3}]})
+    for pose in ({"x": 2.0, "y": 3.0}, {"x": 6.0, "y": 3.0, "yaw": 0.0}):  # from behind; behind the camera
+        assert (render(w, pose, K, 0.0, 0) == render(plain, pose, K, 0.0, 0)).all()
+    assert (render(w, {"x": 6.0, "y": 3.0, "yaw": math.pi}, K, 0.0, 0) != render(plain, {"x": 6.0, "y": 3.0,
+                                                                                        "yaw": math.pi}, K, 0.0, 0)).any()
+
+
+def test_box_in_front_hides_a_marker_on_the_wall_and_a_marker_on_a_box_shows():
+    boxes = [{"center": [6.0, 3.0], "size": [0.4, 0.6]}]
+    on_wall = {"id": 5, "position": [8.0, 3.0, 0.25], "yaw_deg": 180, "size_m": 0.16}
+    on_box = {"id": 6, "position": [5.8, 3.0, 0.25], "yaw_deg": 180, "size_m": 0.16}  # the box's west face
+    w = World.from_config({**MARKER_WORLD, "boxes": boxes, "markers": [on_wall, on_box]})
+    pose = {"x": 4.0, "y": 3.0}
+    found = detect(render(w, pose, K, 0.0, 0, overlay=False))
+    assert list(found) == [6]
+    err = np.linalg.norm(found[6] - project(w.markers[1].corners(), pose), axis=1)
+    assert err.max() < 0.75
+    # from the side the wall marker is in view past the box
+    assert 5 in detect(render(w, {"x": 5.0, "y": 4.5, "yaw": -0.45}, K, 0.0, 0, overlay=False))
+
+
+@pytest.mark.parametrize("pose", [
+    {"x": 4.2, "y": 5.5},
+    {"x": 4.2, "y": 5.5, "roll": 0.5},                 # rolled: the plane's vanishing line crosses the box
+    {"x": 4.2, "y": 5.5, "yaw": 0.3, "roll": -0.6},    # around the clipped part
+    {"x": 4.2, "y": 5.6, "yaw": 0.8, "roll": 0.7, "pitch": 0.3},
+])
+def test_marker_crossing_the_near_plane_is_clipped_not_folded(pose):
+    # a big marker on the north wall running from behind the camera to ahead of it, on its left
+    w = World.from_config({**MARKER_WORLD, "markers": [{"id": 2, "position": [4.0, 6.0, 0.25], "yaw_deg": -90,
+                                                        "size_m": 3.0}]})
+    m = w.markers[0]
+    a = render(w, pose, K, 0.0, 0, overlay=False)
+    b = render(World.from_config(MARKER_WORLD), pose, K, 0.0, 0, overlay=False)
+    v, u = np.nonzero((a != b).any(axis=2))
+    assert len(u) > 1000
+    # every changed pixel's ray must meet the wall (y = 6) in front of the camera, inside the marker
+    # with its quiet zone (4 m square); a part behind the camera drawn unclipped lands elsewhere
+    c, R = camera_pose(pose, CameraMount())
+    rays = np.stack((np.ones(len(u)), -(u - CX) / F, -(v - CY) / F), axis=1) @ R.T
+    t = (6.0 - c[1]) / rays[:, 1]
+    local = (c + t[:, None] * rays - (m.x, m.y, m.z)) @ m.axes
+    slack = 0.01 + 2.0 * np.abs(t) / F  # a pixel or two of the anti-aliased edge
+    inside = (t > 0) & (np.abs(local[:, 0]) <= 2.0 + slack) & (np.abs(local[:, 1]) <= 2.0 + slack)
+    assert inside.all()
+
+
+def test_markers_are_deterministic_and_survive_sensor_noise():
+    w = marker_world()
+    k = CameraIntrinsics(640, 480, math.radians(70.0), noise_sigma=6.0)
+    pose = {"x": 5.0, "y": 2.8, "yaw": 0.1}
+    a = render(w, pose, k, 0.0, 0, np.random.default_rng(1))
+    assert (a == render(w, pose, k, 0.0, 0, np.random.default_rng(1))).all()
+    found = detect(a)
+    assert list(found) == [5]
+    assert np.linalg.norm(found[5] - project(w.markers[0].corners(), pose), axis=1).max() < 1.0

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sim.world import Box, Ramp, World
+from sim.world import MARKER_DICTIONARIES, Box, Marker, Ramp, World
 
 FIELD = {"size_m": [4.0, 3.0]}
 
@@ -169,3 +169,65 @@ def test_ramp_gradient_is_the_directional_derivative_in_any_direction():
     # moving along the ramp's local +x rises by tan(slope) per metre
     assert gx * math.cos(0.7) + gy * math.sin(0.7) == pytest.approx(math.tan(0.2))
     assert -gx * math.sin(0.7) + gy * math.cos(0.7) == pytest.approx(math.tan(-0.1))
+
+
+# ---------------------------------------------------------------- markers
+MARKER = {"id": 3, "position": [4.0, 1.5, 0.25], "yaw_deg": 180, "size_m": 0.2}
+
+
+def test_markers_are_parsed_in_radians_with_the_default_dictionary():
+    w = World.from_config({**FIELD, "markers": [MARKER, {**MARKER, "id": 4, "dictionary": "DICT_APRILTAG_36h11"}]})
+    m = w.markers[0]
+    assert (m.id, m.x, m.y, m.z, m.size_m, m.dictionary) == (3, 4.0, 1.5, 0.25, 0.2, "DICT_4X4_50")
+    assert m.yaw == pytest.approx(math.pi)
+    assert w.marker(4, "DICT_APRILTAG_36h11").id == 4
+    with pytest.raises(KeyError):
+        w.marker(4)
+
+
+def test_marker_corners_are_in_opencv_order_around_the_centre_facing_its_yaw():
+    m = Marker(0, 1.0, 2.0, 0.3, math.radians(30.0), 0.2)
+    k = m.corners()
+    assert k.mean(axis=0) == pytest.approx([1.0, 2.0, 0.3])
+    assert np.linalg.norm(k[1] - k[0]) == pytest.approx(0.2)
+    assert k[0, 2] == k[1, 2] > k[2, 2] == k[3, 2]  # top edge first
+    # marker x (TL → TR) × marker y (BL → TL) is z, out of the face, along the normal
+    n = np.cross(k[1] - k[0], k[0] - k[3])
+    assert n / np.linalg.norm(n) == pytest.approx(m.normal)
+    assert m.axes[:, 2] == pytest.approx(m.normal)
+    assert np.linalg.det(m.axes) == pytest.approx(1.0)
+
+
+def test_marker_dictionaries_match_opencv():
+    cv2 = pytest.importorskip("cv2")
+    for name, (bits, n_ids) in MARKER_DICTIONARIES.items():
+        d = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, name))
+        assert (d.markerSize, len(d.bytesList)) == (bits, n_ids), name
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"id": 50}, r"id must be an integer in \[0, 49\]"),
+    ({"id": -1}, "id must be"),
+    ({"id": True}, "id must be"),
+    ({"id": 1.0}, "id must be"),
+    ({"position": [1.0, 2.0]}, "position must be"),
+    ({"position": [1.0, 2.0, math.nan]}, "position must be"),
+    ({"position": "here"}, "position must be"),
+    ({"size_m": 0.0}, "size_m must be"),
+    ({"size_m": 11.0}, "size_m must be"),
+    ({"yaw_deg": math.inf}, "yaw_deg must be"),
+    ({"dictionary": "DICT_3X3_9"}, "dictionary 'DICT_3X3_9' is not one of"),
+    ({"colour": "red"}, r"unknown key\(s\) colour"),
+])
+def test_fail__marker(bad, message):
+    with pytest.raises(ValueError, match=message):
+        World.from_config({**FIELD, "markers": [{**MARKER, **bad}]})
+
+
+def test_fail__markers_not_a_list_or_an_id_used_twice():
+    with pytest.raises(ValueError, match="list of tables"):
+        World.from_config({**FIELD, "markers": {"id": 1}})
+    with pytest.raises(ValueError, match=r"markers\[1\]: id 3 \(DICT_4X4_50\) is used twice"):
+        World.from_config({**FIELD, "markers": [MARKER, dict(MARKER)]})
+    with pytest.raises(ValueError, match=r"markers\[0\] must be a table"):
+        World.from_config({**FIELD, "markers": [3]})
