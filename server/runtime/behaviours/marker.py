@@ -93,6 +93,7 @@ class GoToMarkerBehavior:
         self.outcome: str | None = None
         self._seq = -1
         self._age = 0.0  # age of the measurement taken this tick (0: none taken)
+        self._start_t: float | None = None
 
     def seen(self, now: float) -> bool:
         """Take the newest measurement if it is new and sees the marker; True when the estimate is set."""
@@ -140,9 +141,11 @@ class GoToMarkerBehavior:
                                                        self._age * self.time_scale)
         elif had:
             self.range_m, self.bearing_rad = propagate(self.range_m, self.bearing_rad, v, w, dt)
+        if self._start_t is None:
+            self._start_t = now
         if self.clock_s > self.timeout_s:
             return self._fail(f"timeout after {self.timeout_s:g} s (range {self.range_m:.2f} m)")
-        if now - self.last_seen_t > self.lost_s:
+        if now - max(self.last_seen_t, self._start_t) > self.lost_s:
             if not math.isfinite(self.range_m):
                 return self._fail(f"marker {self.marker_id} not in view")
             return self._fail(f"marker {self.marker_id} lost from view for {now - self.last_seen_t:.1f} s "
