@@ -109,6 +109,7 @@ class VisionService:
         self.not_sent = 0  # results while the runtime was down or had not had the channels declared
         self.declares = 0
         self._declared_for = -1  # the runtime connection the channels were declared on
+        self._declare_error: str | None = None
         self._listener: Callable[[Any], None] = self._offer
         self._lock = threading.Lock()
         self._pending: VisionResult | None = None
@@ -151,9 +152,13 @@ class VisionService:
                     if self.pipeline is None:
                         self._start_worker(await asyncio.to_thread(self._make_pipeline, rt.description))
                     await self._declare(rt.connects)
-            except Exception as err:  # noqa: BLE001 - a refused declaration is logged and retried
-                log.warning("vision: declaring the channels to the runtime failed: %s", err)
+            except Exception as err:  # noqa: BLE001 - a refused declaration is logged (once) and retried
+                (log.warning if self._declare_error is None else log.debug)(
+                    "vision: declaring the channels to the runtime failed: %s", err)
+                self._declare_error = str(err)
                 await asyncio.sleep(2.0)
+                continue
+            self._declare_error = None
             await asyncio.sleep(DECLARE_POLL_S)
 
     def _make_pipeline(self, description: dict[str, Any]) -> VisionPipeline:
@@ -260,6 +265,7 @@ class VisionService:
             "channels": [s.name for s in self.pipeline.channel_specs()] if self.pipeline else [],
             "stats": self.worker.stats() if self.worker else None,
             "sent": self.sent, "not_sent": self.not_sent, "declares": self.declares,
+            "declare_error": self._declare_error,
             "overlay_clients": len(self.clients),
             "runtime": runtime_side,
             "latest": self.latest_json,
