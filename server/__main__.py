@@ -38,8 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, e.g. --set safety.command_timeout_s=2 (VALUE is TOML; "
                         "repeatable)")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="logging level (default: %(default)s)")
+    p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="logging level (default: [observability] log_level, INFO)")
     return p.parse_args(argv)
 
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return entry(argv[1:])
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level or "INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from server.launcher import Launcher, validate
 
     try:

@@ -117,7 +117,9 @@ class Launcher:
         return str(Path(self._tmpdir) / "runtime.sock")
 
     def _common(self) -> list[str]:
-        args = ["--config", self.config_path, "--log-level", self.log_level]
+        args = ["--config", self.config_path]
+        if self.log_level:  # else each child takes its level from the profile
+            args += ["--log-level", self.log_level]
         for item in self.overrides:
             args += ["--set", item]
         return args

@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", help="the address or name to serve (with --fd: the one the socket was bound for)")
     p.add_argument("--port", type=int)
     p.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="overrides [observability] log_level (python -m server always passes its own)")
+                   help="overrides [observability] log_level")
     return p.parse_args(argv)
 
 

@@ -27,7 +27,7 @@ from server.errors import ApiError, MalformedError, RuntimeDownError, Validation
 from server.gateway.arms import arm_command, commands_for, setup_arms, zero_speed
 from server.gateway.auth.wiring import csrf_token, setup_trust
 from server.gateway.connections import ConnectionGuard
-from server.gateway.hooks import HOOKS, Hooks
+from server.gateway.hooks import HOOKS, Hooks, record_command
 from server.gateway.http import BODY_TIMEOUT, error_middleware, json_response, read_body, read_raw_body
 from server.gateway.navigation import setup_navigation
 from server.gateway.observability.setup import setup_observability
@@ -129,15 +129,6 @@ async def run_command(app: web.Application, name: str, body: dict[str, Any], sou
 def unknown_command(name: str, desc: dict[str, Any] | None = None) -> ValidationError:
     known = commands_for(desc.get("profile", "rover")) if desc else commands.COMMANDS
     return ValidationError(f"unknown command {name!r}; known: {', '.join(known)}", code="unknown_command")
-
-
-def record_command(request: web.Request, name: str, body: Any, source: str, result: dict[str, Any] | None = None,
-                   error: ApiError | None = None) -> None:
-    hooks = request.app[HOOKS].on_command
-    if hooks and name != "heartbeat":
-        Hooks.call(hooks, {"command": name, "body": body, "accepted": error is None, "source": source,
-                           "state": (result or {}).get("state"), "error": error.to_json() if error else None,
-                           "request": request})
 
 
 def command_handler(name: str):

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from robotics.trajectory import MAX_AXES, MAX_POINTS, Trajectory
 from server.errors import ConflictError, MalformedError, RuntimeDownError, ValidationError
-from server.gateway.http import BODY_TIMEOUT
+from server.gateway.http import read_raw_body
 from server.gateway.reports.svg import line_plot
 from server.runtime_api import ARM_COMMANDS, PROFILE_COMMANDS, Hold
 from server.validation import convert, number, parse_object, reject_unknown
@@ -186,19 +186,10 @@ async def _read_big_body(request: web.Request) -> tuple[bytes, bool]:
     if request.content_length is not None and request.content_length > MAX_TRAJECTORY_BYTES:
         raise MalformedError(f"body of {request.content_length} bytes is over the {MAX_TRAJECTORY_BYTES}-byte limit",
                              code="too_large", status=413)
-    timeout_s = request.app.get(BODY_TIMEOUT, 5.0)
-    chunks, size = [], 0
-    try:
-        async with asyncio.timeout(timeout_s):
-            while chunk := await request.content.read(256 * 1024):
-                size += len(chunk)
-                if size > MAX_TRAJECTORY_BYTES:
-                    raise MalformedError(f"body is over the {MAX_TRAJECTORY_BYTES}-byte limit", code="too_large",
-                                         status=413)
-                chunks.append(chunk)
-    except TimeoutError:
-        raise MalformedError(f"the body did not arrive within {timeout_s:g} s", code="timeout", status=408) from None
-    return b"".join(chunks), request.content_type in ("text/csv", "text/plain")
+    body = await read_raw_body(request, MAX_TRAJECTORY_BYTES)
+    if len(body) > MAX_TRAJECTORY_BYTES:
+        raise MalformedError(f"body is over the {MAX_TRAJECTORY_BYTES}-byte limit", code="too_large", status=413)
+    return body, request.content_type in ("text/csv", "text/plain")
 
 
 UPLOAD_LOCK = web.AppKey("trajectory_upload_lock", asyncio.Lock)

@@ -7,6 +7,8 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from server.errors import ApiError
+
 log = logging.getLogger(__name__)
 
 
@@ -44,3 +46,12 @@ class Hooks:
 
 
 HOOKS = web.AppKey("hooks", Hooks)
+
+
+def record_command(request: web.Request, name: str, body: Any, source: str, result: dict[str, Any] | None = None,
+                   error: ApiError | None = None) -> None:
+    hooks = request.app[HOOKS].on_command
+    if hooks and name != "heartbeat":
+        Hooks.call(hooks, {"command": name, "body": body, "accepted": error is None, "source": source,
+                           "state": (result or {}).get("state"), "error": error.to_json() if error else None,
+                           "request": request})

@@ -36,12 +36,19 @@ async def error_middleware(request: web.Request, handler):
 
 
 async def read_raw_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes:
-    """Up to ``limit + 1`` bytes of the body, within ``server.body_timeout_s`` (a client that trickles
-    its body does not hold a handler forever)."""
+    """The body up to ``limit + 1`` bytes (one more than allowed: the caller sees it is too long), read
+    until its end, within ``server.body_timeout_s`` (a client that trickles its body does not hold a
+    handler forever). A single ``read()`` returns what has arrived so far, which for a body spread
+    over several TCP segments is only part of it: hence the loop."""
     timeout_s = request.app.get(BODY_TIMEOUT, 5.0)
+    chunks: list[bytes] = []
+    size = 0
     try:
         async with asyncio.timeout(timeout_s):
-            return await request.content.read(limit + 1)
+            while size <= limit and (chunk := await request.content.read(limit + 1 - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+            return b"".join(chunks)
     except TimeoutError:
         raise MalformedError(f"the body did not arrive within {timeout_s:g} s", code="timeout", status=408) from None
 

@@ -11,6 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
+from server.errors import ApiError
+from server.gateway.hooks import record_command
 from server.gateway.http import read_body
 from server.runtime_api import HeadingParams, MagParams, UwbParams
 from server.validation import check_range, convert
@@ -18,7 +20,15 @@ from server.validation import check_range, convert
 
 def setup_navigation(app: web.Application, runtime_key: web.AppKey) -> None:
     async def forward(request: web.Request, method: str, params: dict[str, Any]) -> web.Response:
-        return web.json_response(await request.app[runtime_key].request(method, params))
+        try:
+            result = await request.app[runtime_key].request(method, params)
+        except ApiError as err:
+            if method != "calibration":
+                record_command(request, method, params, "http", error=err)
+            raise
+        if method != "calibration":  # the automatic motions and calibrations are commands too (recorded)
+            record_command(request, method, params, "http", result)
+        return web.json_response(result)
 
     async def post_heading(request: web.Request) -> web.Response:
         p = convert(await read_body(request), HeadingParams)

@@ -92,6 +92,7 @@ class LoopStats:
         self.jitter_us = np.zeros(JITTER_WINDOW)
         self.exec_us = np.zeros(JITTER_WINDOW)
         self.jitter_counts = [0] * len(JITTER_BUCKETS_US)  # cumulative since start, per bucket
+        self.jitter_sum_us = 0.0
         self.started_t = time.monotonic()
         self._cached_at = -1.0
         self._cached: dict[str, Any] | None = None
@@ -102,12 +103,14 @@ class LoopStats:
         self.jitter_us[i] = late_us
         self.exec_us[i] = exec_s * 1e6
         self.jitter_counts[bisect.bisect_left(JITTER_BUCKETS_US, late_us)] += 1
+        self.jitter_sum_us += late_us
         self.ticks += 1
 
     def histogram(self) -> dict[str, Any]:
         """The whole run's lateness histogram (for benchmarks and ``/metrics``): bucket upper edges in µs
         and the count in each, plus ticks, missed and overruns."""
-        return {"buckets_us": list(JITTER_BUCKETS_US), "counts": list(self.jitter_counts), "ticks": self.ticks,
+        return {"buckets_us": list(JITTER_BUCKETS_US), "counts": list(self.jitter_counts),
+                "sum_us": round(self.jitter_sum_us, 1), "ticks": self.ticks,
                 "missed": self.missed, "overruns": self.overruns, "gc_collections": self.gc_collections}
 
     def to_json(self) -> dict[str, Any]:

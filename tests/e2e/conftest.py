@@ -10,6 +10,8 @@ the real ``python -m server`` in a subprocess.
 
 from __future__ import annotations
 
+import re
+
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -123,6 +125,9 @@ class Dashboard:
         return errors
 
     def js(self, expr: str, arg: Any = None) -> Any:
+        # a bare expression would be eval()ed, which the dashboard's CSP (script-src 'self') forbids
+        if not re.match(r"\s*(\(|async\b|\w+\s*=>|function\b)", expr):
+            expr = f"() => ({expr})"
         return self.page.evaluate(expr, arg)
 
     def epoch(self) -> int:

@@ -33,7 +33,7 @@ def test_scara_scheme_follows_the_joints_and_only_its_transforms_change(server_f
     srv = server_factory(LONG_LINK, config="config/scara-sim.toml")
     dash = open_dashboard(srv)
     page = dash.page
-    page.wait_for_function("window.teleopScheme && window.teleopScheme.svg")
+    page.wait_for_function("() => window.teleopScheme && window.teleopScheme.svg")
     # panels by profile: the scheme, the arm and the trajectory runner; no joystick, no navigation
     for panel in ("#scheme-panel", "#arm-panel", "#trajectory-panel"):
         assert page.locator(panel).is_visible(), panel
@@ -59,7 +59,7 @@ def test_scara_click_to_move_and_joint_sliders(server_factory, open_dashboard) -
     srv = server_factory(LONG_LINK, config="config/scara-sim.toml")
     dash = open_dashboard(srv)
     page = dash.page
-    page.wait_for_function("document.querySelector('#scheme-panel svg .workspace')")
+    page.wait_for_function("() => document.querySelector('#scheme-panel svg .workspace')")
     assert srv.post("/api/start")[0] == 200
     dash.wait_badge("running")
     # the screen point of the tool target (0.25, 0.2) m in the scheme's frame (mm, y up)
@@ -68,7 +68,7 @@ def test_scara_click_to_move_and_joint_sliders(server_factory, open_dashboard) -
         const p = new DOMPoint(250, 200).matrixTransform(scene.getScreenCTM());
         return [p.x, p.y]; }""")
     page.mouse.click(x, y)
-    page.wait_for_function("document.querySelector('#arm-status').textContent.includes('accepted')")
+    page.wait_for_function("() => document.querySelector('#arm-status').textContent.includes('accepted')")
     sp = srv.state()["setpoint"]
     assert sp["kind"] == "tool" and sp["elbow"] == 1 and sp["source"] == "websocket"
     assert (sp["x_m"], sp["y_m"]) == pytest.approx((0.25, 0.2), abs=0.003)  # within a pixel or so
@@ -79,7 +79,7 @@ def test_scara_click_to_move_and_joint_sliders(server_factory, open_dashboard) -
         const p = new DOMPoint(20, 10).matrixTransform(scene.getScreenCTM());
         return [p.x, p.y]; }""")
     page.mouse.click(x, y)
-    page.wait_for_function("document.querySelector('#arm-status').textContent.includes('refused')")
+    page.wait_for_function("() => document.querySelector('#arm-status').textContent.includes('refused')")
     assert "unreachable" in page.locator("#arm-status").inner_text()
     assert srv.state()["setpoint"]["kind"] == "tool" and srv.state()["setpoint"]["x_m"] == sp["x_m"]
     # a slider sends a joint target when released
@@ -94,7 +94,7 @@ def test_stewart_pose_panel_and_scheme(server_factory, open_dashboard) -> None:
     srv = server_factory(LONG_LINK, config="config/stewart-sim.toml")
     dash = open_dashboard(srv)
     page = dash.page
-    page.wait_for_function("window.teleopScheme && window.teleopScheme.svg")
+    page.wait_for_function("() => window.teleopScheme && window.teleopScheme.svg")
     assert page.locator("#platform-panel").is_visible() and page.locator("#arm-panel").count() == 0
     before = dict(page.evaluate(TRANSFORMS, "#scheme-panel .leg, #scheme-panel .platform"))
     assert len(before) == 14  # six legs and the platform, in two views
@@ -116,7 +116,7 @@ def test_stewart_pose_panel_and_scheme(server_factory, open_dashboard) -> None:
     # beyond the stroke: refused, with the legs named on the panel
     page.fill("#pose-form input[name=z_m]", "900")
     page.click("#pose-go")
-    page.wait_for_function("document.querySelector('#pose-status').textContent.includes('out_of_stroke')")
+    page.wait_for_function("() => document.querySelector('#pose-status').textContent.includes('out_of_stroke')")
     assert re.search(r"leg \d at", page.locator("#pose-status").inner_text())
     dash.screenshot("arms-stewart.png")
     assert not dash.console_errors()
@@ -130,11 +130,11 @@ def test_the_trajectory_runner_runs_a_series_and_shows_its_report(server_factory
     dash.wait_badge("running")
     page.select_option("#trajectory-series", "roll")
     page.click("#trajectory-run")
-    page.wait_for_function("!document.querySelector('#trajectory-cancel').disabled")  # it runs
-    page.wait_for_function("!document.querySelector('#trajectory-report').hidden", timeout=60000)
+    page.wait_for_function("() => !document.querySelector('#trajectory-cancel').disabled")  # it runs
+    page.wait_for_function("() => !document.querySelector('#trajectory-report').hidden", timeout=60000)
     row = page.locator('#trajectory-report tr[data-axis="roll_rad"]')
     assert row.count() == 1 and "°" in row.inner_text()
-    page.wait_for_function("document.querySelector('#trajectory-plot').naturalWidth > 0")
+    page.wait_for_function("() => document.querySelector('#trajectory-plot').naturalWidth > 0")
     report = srv.get("/api/trajectory/report")[1]
     rms_deg = math.degrees(report["deviation"]["roll_rad"]["rms"])
     assert f"{rms_deg:.3f} °" in row.inner_text()

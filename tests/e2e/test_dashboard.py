@@ -98,7 +98,7 @@ def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(s
 
     # status: idle badge, connection figures filled in, events and acquisition loaded
     dash.wait_badge("idle")
-    dash.page.wait_for_function("document.querySelector('#connection [data-field=rtt]').textContent.endsWith('ms')")
+    dash.page.wait_for_function("() => document.querySelector('#connection [data-field=rtt]').textContent.endsWith('ms')")
     assert dash.page.locator("#acq-channels input[type=checkbox]").count() == len(
         api(server, "/api/acquisition")["available"])
     assert dash.page.locator("#conn-banner").is_hidden()
@@ -123,7 +123,7 @@ def test_start_and_joystick_drag_drive_the_rover_and_release_stops_it(server_fac
     dash.page.wait_for_function(
         "() => parseFloat(document.querySelector('.gauge[data-channel=linear_m_s] .v').textContent) > 0.05")
     assert dash.page.locator("#joystick.held").count() == 1
-    dash.page.wait_for_function("document.querySelector('#drive-source').textContent === 'joystick'")
+    dash.page.wait_for_function("() => document.querySelector('#drive-source').textContent === 'joystick'")
     dash.screenshot("dashboard-driving.png")
 
     dash.release_mouse()
@@ -186,7 +186,7 @@ def test_space_key_latches_estop_even_with_a_button_focused(server_factory, open
     server = server_factory()
     dash = open_dashboard(server)
     dash.click_start()
-    dash.page.wait_for_function("!document.querySelector('#btn-stop').disabled")
+    dash.page.wait_for_function("() => !document.querySelector('#btn-stop').disabled")
     dash.page.locator("#btn-stop").focus()   # Space must not "click" Stop (a controlled stop)
     dash.page.keyboard.press("Space")
     wait_for(lambda: server_state(server)["state"] == "estop", 5.0, "Space to latch the e-stop")
@@ -272,11 +272,11 @@ def test_window_losing_focus_while_driving_stops_the_rover(server_factory, open_
     cdp.send("Emulation.setFocusEmulationEnabled", {"enabled": False})
     other = dash.context.new_page()
     other.bring_to_front()
-    dash.page.wait_for_function("!document.hasFocus()")
+    dash.page.wait_for_function("() => !document.hasFocus()")
     wait_for(lambda: server_state(server)["state"] == "estop", LINK_LOSS_DEADLINE_S,
              "the link-loss stop after the window lost focus")
     assert server_state(server)["cause"]["trigger"] == "link_loss"
-    dash.page.wait_for_function("document.querySelector('#drive-hint').textContent.includes('not focused')")
+    dash.page.wait_for_function("() => document.querySelector('#drive-hint').textContent.includes('not focused')")
 
 
 def test_closing_the_page_while_driving_stops_the_rover(server_factory, open_dashboard, wait_for):
@@ -296,9 +296,9 @@ def test_server_restart_page_reconnects_and_does_not_move_the_robot(server_facto
 
     server.kill()
     dash.page.locator("#conn-banner").wait_for(state="visible", timeout=10000)
-    dash.page.wait_for_function("document.body.classList.contains('disconnected')")
-    dash.page.wait_for_function("document.querySelector('#gauges-panel').classList.contains('stale')")
-    dash.page.wait_for_function("!document.querySelector('#joystick').classList.contains('held')")
+    dash.page.wait_for_function("() => document.body.classList.contains('disconnected')")
+    dash.page.wait_for_function("() => document.querySelector('#gauges-panel').classList.contains('stale')")
+    dash.page.wait_for_function("() => !document.querySelector('#joystick').classList.contains('held')")
     assert dash.page.locator("#btn-start").is_disabled()
 
     server.restart()
@@ -334,7 +334,7 @@ def test_acquisition_panel_applies_settings_and_shows_server_validation(server_f
     dash = open_dashboard(server)
     page = dash.page
     acq = api(server, "/api/acquisition")
-    page.wait_for_function("document.querySelectorAll('#acq-channels input').length > 0")
+    page.wait_for_function("() => document.querySelectorAll('#acq-channels input').length > 0")
 
     page.fill("#acq-rate", str(acq["max_rate_hz"] * 10))
     page.click("#acq-apply")
@@ -348,7 +348,7 @@ def test_acquisition_panel_applies_settings_and_shows_server_validation(server_f
     page.click("#acq-apply")
     err.wait_for(state="hidden")
     wait_for(lambda: api(server, "/api/acquisition")["rate_hz"] == 50.0, 5.0, "the new rate to be applied")
-    page.wait_for_function("document.querySelector('#acq-status').textContent.startsWith('applied')")
+    page.wait_for_function("() => document.querySelector('#acq-status').textContent.startsWith('applied')")
 
 
 def test_tablet_layout_fits_and_touch_drives(server_factory, open_dashboard, wait_for):
@@ -394,7 +394,7 @@ def test_gamepad_stick_drives_and_button_1_latches_estop(server_factory, open_da
     }""")
     dash.js("() => { window.__pad.axes[1] = -0.8; }")          # stick forward
     wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 5.0, "the stick to drive forward")
-    dash.page.wait_for_function("document.querySelector('#drive-source').textContent === 'gamepad'")
+    dash.page.wait_for_function("() => document.querySelector('#drive-source').textContent === 'gamepad'")
     dash.js("() => { window.__pad.axes[1] = 0.05; }")          # back inside the dead zone
     wait_for(lambda: server_state(server)["setpoint"]["linear"] == 0.0, 5.0, "a centred stick to command zero")
     dash.js("() => { window.__pad.buttons[1] = {pressed: true, value: 1}; }")

@@ -76,7 +76,6 @@ def test_plots_of_a_flat_value_span_the_channels_range(server_factory, open_dash
     robot = server.get("/api/robot")[1]
     specs = {c["name"]: c for c in robot["channels"]}
     assert server.state()["values"]["linear_m_s"] == 0.0, "the rover is at rest: a flat zero"
-    expected = (specs["linear_m_s"]["min"], specs["linear_m_s"]["max"])
 
     def speed_chart():
         charts = dash.js("window.teleop.plots.ranges()")
@@ -85,7 +84,9 @@ def test_plots_of_a_flat_value_span_the_channels_range(server_factory, open_dash
             "window.teleop.session.counts.telemetry") > 20 else None
 
     chart = wait_for(speed_chart, 10.0, "the speed chart to draw its samples")
-    # a flat zero draws on the channel's own range (−1..1 m/s), not on an autoscaled 0..100
+    # a flat zero draws on its channels' own range (the union of the chart's m/s channels), not on an
+    # autoscaled 0..100
+    expected = (min(specs[n]["min"] for n in chart["channels"]), max(specs[n]["max"] for n in chart["channels"]))
     assert (chart["min"], chart["max"]) == pytest.approx(expected), chart
 
     # every chart spans at least the union of its channels' ranges, in display units
@@ -120,7 +121,7 @@ def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(serv
     warning.wait_for(state="visible")
     assert estimation["warning"] in warning.inner_text()
     # …on the compass too, and read before a turn is sent (the heading input points at it)
-    page.wait_for_function("document.querySelector('.nav-compass .uncal-marker').getAttribute('visibility') === 'visible'")
+    page.wait_for_function("() => document.querySelector('.nav-compass .uncal-marker').getAttribute('visibility') === 'visible'")
     assert "uncalibrated" in page.get_attribute(".nav-compass", "class")
     assert "heading-warning" in page.get_attribute("#heading-input", "aria-describedby")
     box, form = warning.bounding_box(), page.locator("#heading-form").bounding_box()
@@ -131,7 +132,7 @@ def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(serv
     dash.wait_badge("running")
     page.fill("#heading-input", "180")
     page.click("#heading-form button[type=submit]")
-    page.wait_for_function("document.getElementById('nav-status').textContent.includes('uncalibrated')")
+    page.wait_for_function("() => document.getElementById('nav-status').textContent.includes('uncalibrated')")
     wait_for(lambda: (server.state().get("behavior") or {}).get("name") == "heading", 10.0, "the heading turn")
     assert server.post("/api/stop")[0] == 200
     dash.wait_badge("idle", timeout_s=15)
@@ -143,7 +144,7 @@ def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(serv
     wait_for(lambda: server.state()["estimation"]["heading_calibrated"] is True, 90.0,
              "the magnetometer calibration to finish")
     warning.wait_for(state="hidden")
-    page.wait_for_function("document.querySelector('.nav-compass .uncal-marker').getAttribute('visibility') === 'hidden'")
+    page.wait_for_function("() => document.querySelector('.nav-compass .uncal-marker').getAttribute('visibility') === 'hidden'")
     assert "uncalibrated" not in page.get_attribute(".nav-compass", "class")
     assert server.post("/api/estop")[0] == 200
     assert dash.console_errors() == [], dash.console_errors()

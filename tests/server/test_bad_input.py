@@ -238,3 +238,22 @@ def test_random_json_never_changes_state_unless_valid(running_server: ServerProc
     else:
         assert 400 <= status < 500 and reply["error"]["message"], (body, reply)
         assert robot_state(running_server) == before
+
+
+def test_ok__a_body_arriving_in_several_segments_is_read_whole(running_server: ServerProc) -> None:
+    """A single read returns only what has arrived: the body reader must read to the end."""
+    import socket
+    import time
+
+    body = json.dumps({"linear": 0.05, "angular": 0.0}).encode()
+    head = (f"POST /api/speed HTTP/1.1\r\nHost: 127.0.0.1:{running_server.port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", running_server.port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(head + body[:10])
+        time.sleep(0.2)  # the rest comes later, as over a slow link (part of the scenario, not a wait)
+        sock.sendall(body[10:])
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]

@@ -67,6 +67,7 @@ class Rule:
     page: bool = False
     estop: bool = False
     stream: bool = False     # a websocket or a streaming response: ended when its session ends
+    csv: bool = False        # also takes a text/csv body (an upload); Origin, CSRF and role still apply
 
     @property
     def public(self) -> bool:
@@ -89,6 +90,8 @@ PAGE = Rule(Role.VIEWER, page=True)
 STREAM = Rule(Role.VIEWER, stream=True)
 OPERATOR = Rule(Role.OPERATOR)
 LEASE = Rule(Role.OPERATOR, lease=True)
+LEASE_CSV = Rule(Role.OPERATOR, lease=True, csv=True)
+OPERATOR_CSV = Rule(Role.OPERATOR, csv=True)
 ADMIN = Rule(Role.ADMIN)
 ADMIN_REAUTH = Rule(Role.ADMIN, reauth=True)
 ADMIN_LEASE_REAUTH = Rule(Role.ADMIN, lease=True, reauth=True)
@@ -225,11 +228,11 @@ FEATURE_ROUTES: tuple[tuple[str, str, Rule], ...] = (
     ("POST", "/api/tool/jog", LEASE),
     ("POST", "/api/pose", LEASE),
     ("GET", "/api/trajectory", VIEWER),
-    ("POST", "/api/trajectory", LEASE),
+    ("POST", "/api/trajectory", LEASE_CSV),     # a trajectory as JSON or CSV
     ("POST", "/api/trajectory/cancel", LEASE),
     ("GET", "/api/trajectory/report", VIEWER),
     ("GET", "/api/trajectory/report.svg", VIEWER),
-    ("POST", "/api/program", OPERATOR),          # generates text for the drives; moves nothing
+    ("POST", "/api/program", OPERATOR_CSV),      # generates text for the drives from JSON or CSV; moves nothing
     # issue 14: vision (watching is for viewers; driving to a marker is motion: the lease)
     ("GET", "/api/vision", VIEWER),
     ("GET", "/ws/vision", STREAM),                # marker overlays: ends with the session

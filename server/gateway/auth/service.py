@@ -315,9 +315,11 @@ class AuthService:
         state_changing = request.method in STATE_CHANGING
         if state_changing and not rule.estop:
             # an empty body is the same request whatever its Content-Type says (the Origin check covers it)
-            if request.body_exists and request.content_type != "application/json":
+            if request.body_exists and request.content_type != "application/json" \
+                    and not (rule.csv and request.content_type == "text/csv"):
                 ctype = request.headers.get("Content-Type") or "no content type"
-                raise UnsupportedMediaType(f"send the body as application/json, not {ctype}")
+                allowed = "application/json or text/csv" if rule.csv else "application/json"
+                raise UnsupportedMediaType(f"send the body as {allowed}, not {ctype}")
         principal, why = self._authenticate(request)
         if principal is None:
             if rule.public:

@@ -23,7 +23,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from server.commands import ENVELOPE
 from server.config import Profile
 from server.errors import ApiError, ConflictError
-from server.gateway.hooks import HOOKS, Hooks
+from server.gateway.hooks import record_command
 from server.gateway.http import read_body
 from server.gateway.ratelimit import TokenBucket
 from server.gateway.runtime_client import RuntimeClient
@@ -63,22 +63,15 @@ def setup_vision(app: web.Application, profile: Profile, runtime: RuntimeClient,
     async def go_to_marker(body: dict[str, Any], source: str, envelope: tuple[str, ...] = ()) -> dict[str, Any]:
         return await runtime.request("go_to_marker", go_to_marker_params(body, runtime.description, envelope))
 
-    def record(request: web.Request, body: Any, source: str, result: dict[str, Any] | None,
-               error: ApiError | None) -> None:
-        Hooks.call(request.app[HOOKS].on_command,
-                   {"command": "go_to_marker", "body": body, "accepted": error is None, "source": source,
-                    "state": (result or {}).get("state"), "error": error.to_json() if error else None,
-                    "request": request})
-
     async def post_go_to_marker(request: web.Request) -> web.Response:
         body: Any = None
         try:
             body = await read_body(request)
             result = await go_to_marker(body, "http")
         except ApiError as err:
-            record(request, body, "http", None, err)
+            record_command(request, "go_to_marker", body, "http", error=err)
             raise
-        record(request, body, "http", result, None)
+        record_command(request, "go_to_marker", body, "http", result)
         return web.json_response(result)
 
     async def get_vision(request: web.Request) -> web.Response:
