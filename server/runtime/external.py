@@ -157,6 +157,8 @@ class ExternalChannels:
             clean[int(mid)] = p  # type: ignore[assignment]
         shown = frozenset(seen if gauges is None else set(gauges) & seen)
         self._declared = {**self._declared, source: Declaration(tuple(specs), shown, clean)}
+        # a measurement made against the previous declaration may name other channels: the next one counts
+        self._latest = {k: v for k, v in self._latest.items() if k != source}
         self._counts.setdefault(source, {"received": 0, "refused": 0})
         self._latencies.setdefault(source, collections.deque(maxlen=64))
         log.info("%s: %d external channel(s) declared, %d marker(s) in its map", source, len(specs), len(clean))

@@ -56,6 +56,16 @@ def test_values_carry_their_capture_time_and_turn_nan_when_older_than_the_limit(
     assert st["vision"]["received"] == 1 and st["vision"]["latency_s"] == pytest.approx(0.08)
 
 
+def test_declaring_again_drops_the_measurement_made_against_the_old_declaration() -> None:
+    ext = declared()
+    ext.measure("vision", {"vision_clear_m": 1.0}, sample_t=10.0, now=10.0)
+    ext.declare("vision", [ChannelSpec("vision_floor_free")], {})
+    values: dict[str, float] = {}
+    ext.process(values, PERIOD, 10.01)
+    assert ext.latest("vision") is None and list(values) == ["vision_floor_free"]
+    assert math.isnan(values["vision_floor_free"])
+
+
 def test_a_sample_time_a_little_ahead_is_clamped_to_its_arrival() -> None:
     ext = declared()
     ext.measure("vision", {"vision_clear_m": 1.0}, sample_t=10.03, now=10.0)
