@@ -39,6 +39,7 @@ def test_scara_scheme_follows_the_joints_and_only_its_transforms_change(server_f
         assert page.locator(panel).is_visible(), panel
     assert not page.locator("#joystick").is_visible()
     assert page.locator("#navigation-panel").count() == 0 and page.locator("#platform-panel").count() == 0
+    page.wait_for_function("() => document.querySelector('#scheme-panel svg .workspace')")  # drawn after the arm
     box = page.evaluate("(() => { const b = document.querySelector('#scheme-panel svg #scene').getBBox();"
                         " return [b.width, b.height]; })()")
     assert box[0] > 400 and box[1] > 400  # drawn (mm): the arm and its workspace
