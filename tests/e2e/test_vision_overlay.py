@@ -85,7 +85,9 @@ def test_go_to_marker_form_reports_refusals_and_starts_the_approach(server_facto
     page.select_option("#marker-select", "0")
     page.fill("#marker-standoff", "2.5")
     page.click("#marker-form button[type=submit]")
-    page.wait_for_function("() => document.getElementById('nav-status').textContent.includes('driving to marker 0')")
+    # the form's answer, soon replaced by the behaviour's progress from telemetry ("go_to_marker 0 %")
+    page.wait_for_function("() => /driving to marker 0|go_to_marker/.test(document.getElementById('nav-status')"
+                           ".textContent)")
     wait_for(lambda: (srv.state().get("behavior") or {}).get("name") == "go_to_marker"
              or any(e["trigger"] == "behavior_end" for e in srv.get("/api/events?limit=50")[1]["events"]),
              10, "the approach started")
