@@ -12,7 +12,11 @@ Run: ``.venv/bin/python bench/bench_vision.py [--quick] [--no-server]``.
   at rate_hz 10 and 30, latency from capture stamp to result, the event loop's lag next to it
   (is a thread enough, or does vision need a process?);
 * on the real server (unless ``--no-server``): the control loop's deadlines at 1 kHz with the
-  pipeline on and off in the same run (needs the pipeline wired into the gateway: issue 14 phase 2).
+  pipeline on and off in the same server (alternating segments; ``POST /api/debug/vision`` pauses
+  it), at 10 and 30 Hz; latency from frame capture to the measurement's arrival in the runtime
+  (the runtime's ``external.vision.latency_s`` of each new measurement); the gateway's CPU per
+  processed frame (on − off); the whole server's idle CPU with vision off and on (``make run``'s
+  profile, no client).
 
 Figures, never assertions: this is a shared 2-core VM; compare the ratios within one run.
 """
@@ -33,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import REPO, pct  # noqa: E402
+from common import REPO, pct, summary_ms  # noqa: E402
 
 from tests.server.gateway.vision.scene import ground_truth_free, sweep_poses, truth, truth_clear  # noqa: E402
 
@@ -219,47 +223,119 @@ def bench_worker(seconds: float) -> None:
               f"p50 {1e3 * pct(lags, 50):.3f} / p99 {1e3 * pct(lags, 99):.3f} / max {1e3 * max(lags):.3f} ms")
 
 
-# ---------------------------------------------------------------------- control loop, pipeline on and off
-def bench_deadlines(seconds: float) -> None:
-    try:
-        from bench_core import loop_figures, runtime_call  # noqa: F401
-        from server.config import TABLES
-    except ImportError as err:  # pragma: no cover - a bench, not a test
-        print(f"control-loop deadlines: skipped ({err})")
-        return
-    if "vision" not in TABLES:
-        print("control-loop deadlines with the pipeline on/off: not measured yet (the pipeline is not wired into "
-              "the gateway: issue 14 phase 2)")
-        return
-    from common import start_server, video_viewer_proc  # noqa: F401
+# ---------------------------------------------------------------------- on the real server
+def _segment(srv, seconds: float, sample: bool) -> dict:
+    """Loop deadlines, gateway CPU and (``sample``) capture → runtime latencies over ``seconds``."""
+    from bench_core import children, loop_figures, runtime_call
 
+    from common import cpu_seconds
+
+    gw = children(srv)["gateway"]
+    before = runtime_call(srv, "loop_stats")
+    cpu0, t0 = cpu_seconds(gw), time.monotonic()
+    st0 = (srv.get("/api/vision")[1].get("stats") or {}).get("processed", 0)
+    latencies, last = [], None
+    while time.monotonic() - t0 < seconds:
+        if sample:
+            ext = (srv.state().get("external") or {}).get("vision") or {}
+            if ext.get("sample_t") is not None and ext["sample_t"] != last:
+                last = ext["sample_t"]
+                latencies.append(ext["latency_s"])
+        time.sleep(0.03)
+    wall = time.monotonic() - t0
+    cpu = (cpu_seconds(gw) - cpu0) / wall
+    vision = srv.get("/api/vision")[1]
+    processed = (vision.get("stats") or {}).get("processed", 0) - st0
+    return {"loop": loop_figures(srv, before), "gateway_cpu": cpu, "processed": processed, "wall": wall,
+            "latencies": latencies, "vision": vision}
+
+
+def bench_server(seconds: float) -> None:
+    """The pipeline in the real server: 1 kHz loop, video on with one viewer acking every frame, the
+    pipeline switched on and off in the same server (the debug route pauses it) and at two rates."""
     import multiprocessing as mp
 
-    print(f"control loop at 1 kHz, video on with one viewer, {seconds:.0f} s per case (same run):")
-    for label, vision in (("pipeline off", False), ("pipeline on, 10 Hz", True), ("pipeline off again", False)):
+    from common import start_server, video_viewer_proc
+
+    for rate in (10.0, 30.0):
         srv = start_server({"loop": {"rate_hz": 1000}, "video": {"enabled": True},
-                            "vision": {"enabled": vision, "rate_hz": 10.0}})
-        procs = []
+                            "vision": {"enabled": True, "rate_hz": rate}})
+        q: mp.Queue = mp.Queue()
+        viewer = mp.Process(target=video_viewer_proc, args=(srv.url, 4 * seconds + 10, q), daemon=True)
         try:
-            q: mp.Queue = mp.Queue()
-            v = mp.Process(target=video_viewer_proc, args=(srv.url, seconds + 4, q), daemon=True)
-            v.start()
-            procs.append(v)
+            viewer.start()
+            wait_until_fresh(srv)
             time.sleep(2.0)
-            before = runtime_call(srv, "loop_stats")
-            time.sleep(seconds)
-            f = loop_figures(srv, before)
-            extra = ""
-            if vision:
-                _, body = srv.get("/api/vision")
-                st = (body or {}).get("stats", {})
-                extra = (f"; vision held {st.get('rate_hz_held')} Hz, latency p50 {st.get('latency_ms_p50')} ms, "
-                         f"keeping_up {st.get('keeping_up')}")
-            print(f"  {label}: deadlines met {f['met']:.3f} % ({f['missed']} missed of {f['ticks'] + f['missed']}); "
-                  f"lateness p50 ≤ {f['p50']:g} µs, p99 ≤ {f['p99']:g} µs, p99.9 ≤ {f['p999']:g} µs{extra}")
+            print(f"real server, 1 kHz loop, video 640×480 30 fps with one viewer, pipeline at {rate:g} Hz; "
+                  f"{seconds:.0f} s per segment, alternating (same server):")
+            rows = []
+            for label, paused in (("off", True), ("on", False), ("off", True), ("on", False)):
+                srv.post("/api/debug/vision", {"paused": paused})
+                time.sleep(1.0)
+                f = _segment(srv, seconds, sample=not paused)
+                rows.append((label, f))
+                lf = f["loop"]
+                extra = ""
+                if not paused:
+                    st = f["vision"]["stats"]
+                    per_frame = 1e3 * f["gateway_cpu"] * f["wall"] / max(1, f["processed"])
+                    extra = (f"; vision held {st['rate_hz_held']} Hz (keeping_up {st['keeping_up']}), "
+                             f"capture → runtime {summary_ms(f['latencies'])}, gateway CPU per processed frame "
+                             f"{per_frame:.1f} ms (all of it, video included)")
+                print(f"  pipeline {label}: deadlines met {lf['met']:.3f} % ({lf['missed']} missed of "
+                      f"{lf['ticks'] + lf['missed']}), lateness p50 ≤ {lf['p50']:g} µs, p99 ≤ {lf['p99']:g} µs, "
+                      f"p99.9 ≤ {lf['p999']:g} µs; gateway CPU {100 * f['gateway_cpu']:.0f} % of a core{extra}")
+            off = [f["gateway_cpu"] for label, f in rows if label == "off"]
+            on = [f for label, f in rows if label == "on"]
+            extra_cpu = sum(f["gateway_cpu"] for f in on) / len(on) - sum(off) / len(off)
+            frames = sum(f["processed"] for f in on) / sum(f["wall"] for f in on)
+            print(f"  the pipeline's own cost: +{100 * extra_cpu:.0f} % of a core for {frames:.1f} frames/s = "
+                  f"{1e3 * extra_cpu / max(frames, 1e-9):.1f} ms CPU per frame")
         finally:
-            for p in procs:
-                p.kill()
+            viewer.kill()
+            srv.stop()
+
+
+def wait_until_fresh(srv, timeout_s: float = 30.0) -> None:
+    from common import wait_until
+
+    wait_until(lambda: ((srv.state().get("external") or {}).get("vision") or {}).get("fresh"), timeout_s,
+               "vision measurements in the runtime")
+
+
+def bench_idle(seconds: float) -> None:
+    """``make run``'s profile with no client: the whole server's CPU with vision off (the default) and on
+    (the camera then runs for the pipeline alone)."""
+    import tempfile
+
+    import tomli_w
+    from bench_core import children, descendants
+
+    from common import cpu_seconds
+    from tests.conftest import ServerProc, deep_merge
+
+    base = tomllib.loads((REPO / "config" / "rover-sim.toml").read_text())
+    print(f"idle CPU of the whole server, make run's profile (100 Hz, video on), no client, {seconds:.0f} s:")
+    for label, vision in (("vision off (default)", {}), ("vision on, 10 Hz", {"enabled": True}),
+                          ("vision on, 5 Hz", {"enabled": True, "rate_hz": 5.0})):
+        cfg = deep_merge(base, {"server": {"port": 0}, "vision": vision} if vision else {"server": {"port": 0}})
+        path = Path(tempfile.mkdtemp(prefix="teleop-bench-")) / "idle.toml"
+        path.write_text(tomli_w.dumps(cfg))
+        srv = ServerProc(path).start()
+        try:
+            if vision:
+                wait_until_fresh(srv)
+            time.sleep(3.0)
+            pids = {name: descendants(pid) for name, pid in children(srv).items()}
+            pids["launcher"] = [srv.proc.pid]
+            cpu0 = {k: sum(cpu_seconds(p) for p in v) for k, v in pids.items()}
+            t0 = time.monotonic()
+            time.sleep(seconds)
+            wall = time.monotonic() - t0
+            cpu = {k: (sum(cpu_seconds(p) for p in v) - cpu0[k]) / wall for k, v in pids.items()}
+            print(f"  {label}: {100 * sum(cpu.values()):.1f} % of a core:"
+                  + "".join(f" {k} {100 * v:.1f} %" for k, v in cpu.items()))
+        finally:
             srv.stop()
 
 
@@ -275,7 +351,8 @@ def main() -> None:
     bench_cost(20 if args.quick else 100)
     bench_worker(seconds)
     if not args.no_server:
-        bench_deadlines(5.0 if args.quick else 20.0)
+        bench_server(5.0 if args.quick else 15.0)
+        bench_idle(5.0 if args.quick else 15.0)
 
 
 if __name__ == "__main__":

@@ -52,13 +52,14 @@ TABLES: dict[str, str] = {
     "recording": "server.gateway.recording.config:RecordingConfig",
     "observability": "server.gateway.observability.config:ObservabilityConfig",
     "auth": "server.gateway.auth.config:AuthConfig",
+    "vision": "server.gateway.vision.config:VisionConfig",
 }
 #: plain tables the driver validates itself
 RAW_TABLES = ("driver", "sim")
 
 RUNTIME_TABLES = ("robot", "loop", "limits", "safety", "uwb", "estimation", "heading", "calibration",
                   "telemetry", "server", "debug")
-GATEWAY_TABLES = ("telemetry", "server", "debug", "video", "recording", "observability", "auth")
+GATEWAY_TABLES = ("telemetry", "server", "debug", "video", "recording", "observability", "auth", "vision")
 
 
 class ConfigError(ValueError):

@@ -62,6 +62,80 @@ class PingParams(msgspec.Struct, forbid_unknown_fields=True):
     t: float | None = None
 
 
+# ---------------------------------------------------------------------- external channels (docs/vision.md)
+# The gateway's vision pipeline declares its channels once per connection and sends one measurement per
+# processed camera frame (a ``notify``: no reply); :mod:`server.runtime.external` holds them.
+
+#: the sources of external channels and the name prefixes each may publish (a safety rule may name such a
+#: channel before any measurement arrived: it is stale, fail safe, until one does)
+EXTERNAL_SOURCES: dict[str, tuple[str, ...]] = {"vision": ("vision_", "marker_")}
+
+
+class ChannelSpecParams(msgspec.Struct, forbid_unknown_fields=True):
+    """A channel as ``GET /api/robot`` describes it (``drivers.base.ChannelSpec``), plus ``gauge``: listed with
+    the robot's channels (the dashboard shows a widget), else only under ``external``."""
+
+    name: str
+    unit: str = ""
+    min: float = 0.0
+    max: float = 1.0
+    widget: str = "digital"
+    label: str = ""
+    kind: Literal["analog", "digital"] = "analog"
+    warn_low: float | None = None
+    warn_high: float | None = None
+    crit_low: float | None = None
+    crit_high: float | None = None
+    plot: bool = False
+    decimals: int = 2
+    gauge: bool = True
+
+
+class MarkerParams(msgspec.Struct, forbid_unknown_fields=True):
+    """One marker of the map: its centre (world, m) and the direction its face looks (ENU, rad)."""
+
+    id: int
+    x_m: float
+    y_m: float
+    yaw_rad: float
+
+
+class DeclareParams(msgspec.Struct, forbid_unknown_fields=True):
+    source: Literal["vision"]
+    channels: list[ChannelSpecParams]
+    markers: list[MarkerParams] = []
+
+
+class ObservationParams(msgspec.Struct, forbid_unknown_fields=True):
+    """A marker seen in the frame: range (m) and bearing (rad, left positive) from the body origin, with
+    their standard deviations."""
+
+    id: int
+    range_m: float
+    bearing_rad: float
+    range_sigma_m: float
+    bearing_sigma_rad: float
+
+
+class MeasurementsParams(msgspec.Struct, forbid_unknown_fields=True):
+    """One processed frame: ``sample_t`` its capture time (CLOCK_MONOTONIC s, the runtime's clock), the values
+    of the declared channels (null: nothing to say) and the markers of the map it saw."""
+
+    source: Literal["vision"]
+    sample_t: float
+    channels: dict[str, float | None]
+    observations: list[ObservationParams] = []
+
+
+class GoToMarkerParams(msgspec.Struct, forbid_unknown_fields=True):
+    """``POST /api/go_to_marker``: drive to marker ``marker_id`` (default: the nearest of the map in view) and stop
+    ``standoff_m`` from it (horizontal range from the body origin), at most ``speed_m_s``."""
+
+    marker_id: int | None = None
+    standoff_m: float = 0.6
+    speed_m_s: float | None = None
+
+
 # ---------------------------------------------------------------------- arms and platforms (docs/arms.md)
 # The setpoints of the SCARA and Stewart controllers, tagged by ``kind``: the runtime's ``setpoint`` method
 # converts ``params.setpoint`` to the controller's union of them; the gateway validates a command body with

@@ -36,7 +36,8 @@ from server.gateway.recording.setup import EVENT_LOG, setup_recording
 from server.gateway.robot_svg import robot_svg
 from server.gateway.runtime_client import DOWN_MESSAGE, RuntimeClient
 from server.gateway.telemetry import TelemetryClient, TelemetryHub, dumps
-from server.gateway.video import VideoService, camera_factory, setup_video
+from server.gateway.video import VIDEO_KEY, VideoService, camera_factory, setup_video
+from server.gateway.vision.routes import setup_vision
 from server.protocol import dumps as dumps_bytes
 from server.runtime_api import ARM_COMMANDS, AcquisitionParams
 from server.validation import MAX_BODY_BYTES, convert, number, parse_object, reject_unknown
@@ -51,6 +52,8 @@ HUB = web.AppKey("telemetry_hub", TelemetryHub)
 JINJA = web.AppKey("jinja", jinja2.Environment)
 BUCKETS = web.AppKey("command_buckets", BucketRegistry)
 GUARD = web.AppKey("connection_guard", ConnectionGuard)
+#: websocket commands a feature adds to /ws/telemetry: type → ``await handler(body, source)`` → the runtime's result
+WS_COMMANDS = web.AppKey("ws_commands", dict)
 
 
 # ---------------------------------------------------------------------- description and state
@@ -360,7 +363,8 @@ async def handle_ws_message(app: web.Application, text: str, request: web.Reques
             raise ValidationError("id must be a string or an integer", code="wrong_type")
         if not isinstance(kind, str):
             raise ValidationError("type is required and must be a string", code="missing_field")
-        if kind != "ping" and kind not in commands.COMMANDS and kind not in ARM_COMMANDS:
+        extra = app.get(WS_COMMANDS, {})
+        if kind != "ping" and kind not in commands.COMMANDS and kind not in ARM_COMMANDS and kind not in extra:
             raise unknown_command(kind, app[RUNTIME].description)  # before authorisation: a type nobody handles is no permission question
         authorize = app[HOOKS].authorize_ws
         if authorize is not None and request is not None:
@@ -375,7 +379,9 @@ async def handle_ws_message(app: web.Application, text: str, request: web.Reques
                 raise RuntimeDownError(DOWN_MESSAGE)
             return None  # at 10–50 Hz an ack per heartbeat is noise; errors still come back
         try:
-            result = await run_command(app, kind, body, "websocket", commands.ENVELOPE)
+            handler = extra.get(kind)
+            result = await (handler(body, "websocket") if handler is not None else
+                            run_command(app, kind, body, "websocket", commands.ENVELOPE))
         except ApiError as err:
             if request is not None:
                 record_command(request, kind, body, "websocket", error=err)
@@ -493,6 +499,7 @@ def create_app(profile: Profile, runtime: RuntimeClient, *, bound_host: str | No
 
         context = {"pose": pose, "world": lambda: (runtime.description or {}).get("world")}
         setup_video(app, VideoService(camera_factory(context), profile.video), profile.server.writer_stall_s)
+    app[WS_COMMANDS] = setup_vision(app, profile, runtime, app.get(VIDEO_KEY))  # docs/vision.md
     static = WEB_DIR / "static"
     r.add_static("/static/", static, append_version=False)
     setup_trust(app, profile.auth, bound_host=bound_host or profile.server.host, hooks=app[HOOKS], hub=app[HUB],

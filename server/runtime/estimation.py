@@ -14,7 +14,11 @@ driver's read and before the safety supervisor, so rules may use what it derives
    filter's yaw fused as an absolute heading;
 3. when the UWB ranges change (the driver holds them between measurements), the
    range correction polynomial, then :func:`robotics.estimation.uwb.trilaterate`,
-   and the fix corrects the pose estimator.
+   and the fix corrects the pose estimator;
+4. marker observations from the vision pipeline (:mod:`server.runtime.external` calls
+   :meth:`EstimationStage.update_markers` once per camera frame): a position fix with the
+   estimated heading at the frame's capture time (:func:`robotics.estimation.markers.fix_position`),
+   moved by the odometry since then, corrects the pose estimator like a UWB fix (same gate).
 
 Derived channels (SI; degrees only for the compass heading shown to the operator):
 
@@ -42,6 +46,7 @@ driver's longest step), and behaviors use :meth:`EstimationStage.sim_dt` likewis
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 from typing import Annotated, Any, Iterable, Literal, Sequence
@@ -52,6 +57,7 @@ from msgspec import Meta
 
 from drivers.base import ChannelSpec
 from robotics.estimation.attitude import AttitudeFilter, compass_heading_deg
+from robotics.estimation.markers import MarkerFixError, MarkerObservation, fix_position
 from robotics.estimation.pose import PoseEstimator
 from robotics.estimation.uwb import trilaterate
 from server.config import Table
@@ -74,6 +80,10 @@ DEFAULT_TILT_CRIT_RAD = 0.26
 # while the default 20 cost 3.5× the time in the control thread (~470 µs against ~130 µs: once
 # converged, a failed LM step retries up to 10 solves before giving up)
 TRILATERATION_ITERATIONS = 1
+# a marker fix turns range and bearing into a place with the estimated heading: until the magnetometer is
+# calibrated that heading may be ~10° off (the warning below), which the fix's covariance must carry (at 3 m,
+# 10° is 0.5 m across the line of sight), or the gate refuses every fix as inconsistent
+UNCALIBRATED_YAW_SIGMA_RAD = math.radians(10.0)
 
 
 def uwb_channel(i: int) -> str:
@@ -165,6 +175,11 @@ class EstimationStage:
         self.uwb_fix: tuple[float, float] = (math.nan, math.nan)
         self.odom_yaw_rad = 0.0  # unwrapped turn measured by the encoders since start-up (for behaviors)
         self.fixes = 0
+        self.marker_fix: dict[str, Any] | None = None  # the latest marker fix (snapshot: estimation.marker_fix)
+        self.marker_fixes = {"accepted": 0, "gated": 0, "failed": 0}
+        # (t, x, y, yaw) of the estimate each tick, kept once marker fixes arrive: a camera frame is
+        # ~0.05-0.2 s old when its fix arrives, and the rover has moved meanwhile
+        self._history: collections.deque[tuple[float, float, float, float]] | None = None
         self._ticks: tuple[float, float] | None = None
         self._last_ranges: tuple[Any, ...] | None = None
         self._outputs = ATTITUDE_OUT + (HEADING_OUT if self.has_mag else ()) + POSE_OUT + \
@@ -261,6 +276,8 @@ class EstimationStage:
             values["heading_deg"] = self.heading_deg
         pose = self.pose
         values["est_x_m"], values["est_y_m"] = (float(pose.state[0]), float(pose.state[1])) if pose else (math.nan, math.nan)
+        if self._history is not None and pose is not None:
+            self._history.append((now, float(pose.state[0]), float(pose.state[1]), float(pose.state[2])))
         if self.has_uwb:
             values["uwb_x_m"], values["uwb_y_m"] = self.uwb_fix
 
@@ -351,6 +368,66 @@ class EstimationStage:
         else:
             self.pose.update_uwb(self.uwb_fix)
 
+    def update_markers(self, observations: Sequence[MarkerObservation], marker_map: Any, sample_t: float,
+                       now: float) -> bool:
+        """Correct the position with markers seen at ``sample_t`` (monotonic s, the frame's capture);
+        ``marker_map`` id → (x, y, psi). Returns whether the fix was used (False: no estimate or heading
+        yet, a degenerate fix, or gated out as inconsistent). Control thread, under the loop's lock.
+
+        >>> st = EstimationStage(available=ACC + GYRO)          # dead reckoning: starts at the origin
+        >>> st.process({c: 0.0 for c in ACC + GYRO} | {"imu_acc_z_m_s2": 9.81}, 0.01, 0.0)
+        >>> m = {0: (2.0, 0.0, math.pi)}
+        >>> st.update_markers([MarkerObservation(0, 2.1, 0.0, range_sigma_m=0.01)], m, 0.0, 0.05)
+        True
+        >>> round(st.marker_fix["x_m"], 3), st.marker_fix["used"]
+        (-0.1, [0])
+        """
+        if self._history is None:
+            self._history = collections.deque(maxlen=4096)
+        pose = self.pose
+        if pose is None:
+            if not (self.has_mag and math.isfinite(self.yaw)):
+                self.marker_fixes["failed"] += 1
+                return False  # no heading to turn ranges and bearings into a place with
+            then = (0.0, 0.0, self.yaw)
+            yaw_sigma = self.yaw_sigma_rad
+        else:
+            then = self._pose_at(sample_t)
+            yaw_sigma = math.sqrt(max(float(pose.covariance[2, 2]), 0.0))
+        if self.has_mag and not self.heading_calibrated:
+            yaw_sigma = max(yaw_sigma, UNCALIBRATED_YAW_SIGMA_RAD)
+        try:
+            fix = fix_position(observations, marker_map, then[2], yaw_sigma)
+        except MarkerFixError:
+            self.marker_fixes["failed"] += 1
+            return False
+        sigma = max(fix.position_sigma_m, 1e-3)
+        if pose is None:
+            self.pose = self._new_pose(fix.x, fix.y, self.yaw)
+            z, accepted = (fix.x, fix.y), True
+        else:
+            # the fix is of the place at capture time: move it by what the estimate moved since
+            z = (fix.x + float(pose.state[0]) - then[0], fix.y + float(pose.state[1]) - then[1])
+            accepted = pose.update_uwb(z, sigma_m=sigma)
+        self.marker_fixes["accepted" if accepted else "gated"] += 1
+        self.marker_fix = {"x_m": round(z[0], 4), "y_m": round(z[1], 4), "sigma_m": round(sigma, 4),
+                           "used": list(fix.used), "accepted": accepted, "sample_t": sample_t,
+                           "age_at_fusion_s": round(now - sample_t, 4)}
+        return accepted
+
+    def _pose_at(self, t: float) -> tuple[float, float, float]:
+        """The estimate (x, y, yaw) of the last tick at or before ``t`` (the current one if none is that old)."""
+        hist = self._history
+        pose = self.pose
+        assert pose is not None
+        current = (float(pose.state[0]), float(pose.state[1]), float(pose.state[2]))
+        if not hist:
+            return current
+        for entry in reversed(hist):
+            if entry[0] <= t:
+                return entry[1:]
+        return hist[0][1:]
+
     @property
     def outputs(self) -> tuple[str, ...]:
         """Names of the channels :meth:`process` writes."""
@@ -369,8 +446,12 @@ class EstimationStage:
 
     def status(self) -> dict[str, Any]:
         """For the snapshot's ``estimation`` field."""
-        return {"heading_calibrated": self.heading_calibrated if self.has_mag else None,
-                "warning": self.heading_warning()}
+        out = {"heading_calibrated": self.heading_calibrated if self.has_mag else None,
+               "warning": self.heading_warning()}
+        if self.marker_fix is not None:
+            out["marker_fix"] = self.marker_fix
+            out["marker_fixes"] = dict(self.marker_fixes)
+        return out
 
 
 class UwbConfig(Table):

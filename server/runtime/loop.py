@@ -229,8 +229,10 @@ class GcPolicy:
 class Stage(Protocol):
     """Per-tick processing of a frame in the control thread (estimators): adds derived channels
     to ``values`` in place, before the safety rules see them. Must be fast and never block.
-    Optional: ``status() -> dict`` (in the snapshot under the stage's ``name``) and
-    ``sources(channels) -> set`` (the driver channels a derived one comes from)."""
+    Optional: ``status() -> dict`` (in the snapshot under the stage's ``name``),
+    ``sources(channels) -> set`` (the driver channels a derived one comes from) and
+    ``sample_times: dict`` (the host times of values it adds that were sampled elsewhere,
+    :mod:`server.runtime.external`: merged into the frame's, so they go stale like a sensor's)."""
 
     name: str
 
@@ -423,6 +425,9 @@ class ControlLoop:
             if values is not None:
                 for stage in self.stages:
                     stage.process(values, dt, now)
+                    stamped = getattr(stage, "sample_times", None)  # values measured elsewhere, with their times
+                    if stamped:
+                        sample_t.update(stamped)
                 for derived, sources in self.derived_sources.items():  # a derived value is as old as its oldest input
                     sample_t[derived] = min((sample_t.get(c, -math.inf) for c in sources), default=now)
             was = sup.state

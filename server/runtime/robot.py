@@ -3,8 +3,9 @@
 ``[robot] profile`` picks the controller (``rover``, ``scara``, ``stewart``: each controller's
 module owns its ``[robot]`` struct); the driver builds itself from ``[driver]``
 (``Driver.from_config``), so nothing here knows a driver by name. The rover alone has the
-estimators and the navigation behaviours; an arm or a platform adds its joint or leg limits
-to the supervisor's rules (``controller.limit_rules``).
+estimators and the navigation behaviours; every profile takes external channels (the gateway's
+vision pipeline, :mod:`server.runtime.external`); an arm or a platform adds its joint or leg
+limits to the supervisor's rules (``controller.limit_rules``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from server.runtime.controllers.rover import RoverController
 from server.runtime.controllers.scara import ScaraController, ScaraRobot
 from server.runtime.controllers.stewart import StewartController, StewartRobot
 from server.runtime.estimation import EstimationStage, build_estimation
+from server.runtime.external import ExternalChannels, is_external
 from server.runtime.loop import ControlLoop, GcPolicy
 from server.runtime.reconnect import Activator, Reconnector
 from server.runtime.supervisor import Supervisor
@@ -94,10 +96,16 @@ class Robot:
         if self.stage is not None:
             self.loop.stages.append(self.stage)
         driver_channels = {c.name for c in self.driver.channels()}
+        # measurements from outside (the gateway's vision pipeline), first in the tick with their capture times
+        self.external = ExternalChannels(max_age_s=profile.safety.sensor_stale_s, clock=self.loop.clock,
+                                         reserved=driver_channels | set(self._derived_channels()))
+        self.external.estimation = self.stage
+        self.loop.stages.insert(0, self.external)
         for rule in self.safety.rules:  # a rule on a derived channel is as fresh as the stage's inputs
-            if rule.channel not in driver_channels and self.stage is not None:
+            if rule.channel not in driver_channels and self.stage is not None and not is_external(rule.channel):
                 self.loop.derived_sources[rule.channel] = tuple(sorted(self.stage.sources([rule.channel])))
-        unknown = sorted({r.channel for r in self.safety.rules} - driver_channels - set(self._derived_channels()))
+        unknown = sorted({r.channel for r in self.safety.rules if not is_external(r.channel)}
+                         - driver_channels - set(self._derived_channels()))
         if unknown:
             raise ConfigError(f"{profile.source}: 'safety.rules' name channel(s) the robot does not have: "
                               f"{', '.join(unknown)}")
@@ -117,12 +125,15 @@ class Robot:
 
     def channels(self) -> list[dict[str, Any]]:
         return [c.to_json() for c in self.driver.channels()] + \
-            ([c.to_json() for c in self.stage.channels()] if self.stage is not None else [])
+            ([c.to_json() for c in self.stage.channels()] if self.stage is not None else []) + \
+            [c.to_json() for c in self.external.channels()]
 
     def rule_sources(self) -> dict[str, list[str]]:
         """Driver channel → the safety rules that need it acquired (derived channels map to their inputs)."""
         needed: dict[str, list[str]] = {}
         for rule in self.safety.rules:
+            if is_external(rule.channel):
+                continue  # measured outside the driver: nothing to keep acquired
             sources = self.stage.sources([rule.channel]) if self.stage is not None else {rule.channel}
             for ch in sources:
                 needed.setdefault(ch, []).append(rule.name)
@@ -145,6 +156,7 @@ class Robot:
             "loop_rate_hz": p.loop.rate_hz,
             **({"uwb": {"anchors": p.uwb.anchors, "tag_height_m": p.uwb.tag_height_m}}
                if self.controller.profile == "rover" else {}),
+            "external": self.external.describe(),
             **self.driver.describe(),
         }
 

@@ -12,21 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 
+from drivers.base import ChannelSpec
 from drivers.errors import AcquisitionError, DriverError
+from robotics.estimation.markers import MarkerObservation
 from server import protocol
 from server.commands import MAX_REASON
 from server.errors import ApiError, ConflictError, NotFoundError, ValidationError
+from server.runtime.behaviours.marker import GoToMarkerBehavior, bearing_channel, range_channel
 from server.runtime.behaviours.trajectory import TrajectoryMethods
+from server.runtime.external import ExternalError, is_external
 from server.runtime.robot import Robot
-from server.runtime_api import (AcquisitionParams, DebugParams, Empty, EstopParams, EventsParams, HeadingParams,
-                                MagParams, PingParams, SetpointParams, SubscribeParams, UwbParams,
-                                setpoint_from)
+from server.runtime_api import (AcquisitionParams, DebugParams, DeclareParams, Empty, EstopParams, EventsParams,
+                                GoToMarkerParams, HeadingParams, MagParams, MeasurementsParams, PingParams,
+                                SetpointParams, SubscribeParams, UwbParams, setpoint_from)
 from server.runtime.supervisor import Event, Refused
 from server.validation import check_range, convert
 
@@ -40,7 +45,8 @@ MAX_PAIRS = 2000
 #: methods after which no snapshot needs to go out before the reply (they change nothing, or only the
 #: link's age: a heartbeat at 50 Hz must not double the snapshot rate)
 NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat",
-              "loop_stats", "trajectory_upload", "trajectory", "trajectory_report", "program"}
+              "loop_stats", "trajectory_upload", "trajectory", "trajectory_report", "program",
+              "declare_channels", "measurements", "external"}
 
 
 def _prepare_socket_path(path: Path) -> None:
@@ -111,6 +117,11 @@ class RuntimeService:
             "calibrate_uwb": (UwbParams, self._uwb),
             "calibration": (Empty, lambda p: robot.calibrations.state_json()),
             "cancel_behavior": (Empty, lambda p: {"ok": True, "state": self.loop.cancel_behavior()}),
+            # external channels and the marker behaviour (server/runtime/external.py, docs/vision.md)
+            "declare_channels": (DeclareParams, self._declare_channels),
+            "measurements": (MeasurementsParams, self._measurements),
+            "external": (Empty, lambda p: self._external_json()),
+            "go_to_marker": (GoToMarkerParams, self._go_to_marker),
             "subscribe": (SubscribeParams, None),  # handled per connection
             "loop_stats": (Empty, lambda p: self.loop.stats.histogram()),
             "ping": (PingParams, lambda p: {"t": p.t, "runtime_t": time.time(), "monotonic": time.monotonic()}),
@@ -302,6 +313,94 @@ class RuntimeService:
         if not 0 <= p.degree <= 3:
             raise ValidationError(f"degree={p.degree} is outside the limits [0, 3]", code="out_of_limits")
         return self.robot.calibrations.uwb(p.pairs, p.degree)
+
+    # ---- external channels (the gateway's vision pipeline) and the marker behaviour
+    def _declare_channels(self, p: DeclareParams) -> dict[str, Any]:
+        specs, gauges = [], []
+        for c in p.channels:
+            for name, v in (("min", c.min), ("max", c.max), ("warn_low", c.warn_low), ("warn_high", c.warn_high),
+                            ("crit_low", c.crit_low), ("crit_high", c.crit_high)):
+                if v is not None:
+                    check_range(f"channel {c.name}: {name}", v, -1e9, 1e9)
+            if len(c.unit) > 16 or len(c.label) > 64 or len(c.widget) > 16 or not 0 <= c.decimals <= 9:
+                raise ValidationError(f"channel {c.name}: unit ≤ 16, label ≤ 64, widget ≤ 16 characters, decimals 0-9",
+                                      code="out_of_limits")
+            specs.append(ChannelSpec(c.name, c.unit, c.min, c.max, c.widget, c.label, c.kind, c.warn_low, c.warn_high,
+                                     c.crit_low, c.crit_high, c.plot, c.decimals))
+            if c.gauge:
+                gauges.append(c.name)
+        for m in p.markers:
+            check_range(f"marker {m.id}: x_m", m.x_m, -1e4, 1e4)
+            check_range(f"marker {m.id}: y_m", m.y_m, -1e4, 1e4)
+            check_range(f"marker {m.id}: yaw_rad", m.yaw_rad, -10.0, 10.0)
+        try:
+            with self.loop.lock:  # the description and the stage change together
+                self.robot.external.declare(p.source, specs, {m.id: (m.x_m, m.y_m, m.yaw_rad) for m in p.markers},
+                                            gauges)
+        except ExternalError as err:
+            raise ValidationError(str(err), code="invalid") from None
+        missing = [r.name for r in self.robot.safety.rules
+                   if is_external(r.channel) and r.channel not in {s.name for s in specs}]
+        if missing:
+            self.loop.emit_now("external_rule_channel_missing",
+                               f"{p.source}: safety rule(s) {', '.join(missing)} name channels it does not publish: "
+                               "they stay stale and the robot cannot start", kind="safety",
+                               values={"rules": missing})
+        return {"ok": True, "channels": len(specs), "markers": len(p.markers)}
+
+    def _measurements(self, p: MeasurementsParams) -> dict[str, Any]:
+        try:
+            obs = [MarkerObservation(o.id, o.range_m, o.bearing_rad, range_sigma_m=o.range_sigma_m,
+                                     bearing_sigma_rad=o.bearing_sigma_rad) for o in p.observations]
+            self.robot.external.measure(p.source, p.channels, p.sample_t, self.loop.clock(), obs)
+        except (ExternalError, ValueError) as err:
+            raise ValidationError(str(err), code="invalid") from None
+        return {"ok": True}
+
+    def _external_json(self) -> dict[str, Any]:
+        ext = self.robot.external
+        return {src: {**status, "latency": ext.latency_stats(src)} for src, status in ext.status().items()}
+
+    def _go_to_marker(self, p: GoToMarkerParams) -> dict[str, Any]:
+        robot, ext = self.robot, self.robot.external
+        if robot.controller.profile != "rover":
+            raise ConflictError("go to marker is a rover behaviour", code="unavailable")
+        decl = ext.declared("vision")
+        if decl is None:
+            raise ConflictError("go to marker needs the vision pipeline, and it is off: [video] enabled and "
+                                "[vision] enabled (docs/vision.md)", code="unavailable")
+        if not decl.markers:
+            raise ConflictError("go to marker needs a marker map ([vision] markers, or a simulated world's)",
+                                code="unavailable")
+        check_range("standoff_m", p.standoff_m, 0.2, 10.0)
+        limit = robot.profile.limits.linear_m_s
+        speed = min(0.25, limit) if p.speed_m_s is None else check_range("speed_m_s", p.speed_m_s, 0.02, limit)
+        now = self.loop.clock()
+        age = ext.age_s("vision", now)
+        if age > ext.max_age_s:
+            raise ConflictError("vision data is stale (" + ("none yet" if math.isinf(age) else f"{age:.2f} s old")
+                                + f", limit {ext.max_age_s:g} s): is the camera running?", code="unavailable")
+        m = ext.latest("vision")
+        in_view = sorted(i for i in decl.markers if math.isfinite(m.values.get(range_channel(i), math.nan))
+                         and math.isfinite(m.values.get(bearing_channel(i), math.nan)))
+        if p.marker_id is None:
+            if not in_view:
+                raise ConflictError("no marker of the map is in view", code="not_in_view")
+            marker_id = min(in_view, key=lambda i: m.values[range_channel(i)])
+        else:
+            marker_id = p.marker_id
+            if marker_id not in decl.markers:
+                raise ValidationError(f"marker {marker_id} is not in the marker map (ids: "
+                                      f"{', '.join(map(str, sorted(decl.markers)))})", code="invalid")
+            if marker_id not in in_view:
+                raise ConflictError(f"marker {marker_id} is not in view (in view: "
+                                    f"{', '.join(map(str, in_view)) or 'none'})", code="not_in_view")
+        lim = robot.profile.limits
+        stage = robot.stage
+        behavior = GoToMarkerBehavior(ext, marker_id, p.standoff_m, speed, max_rate_rad_s=min(1.0, lim.angular_rad_s),
+                                      brake_m_s2=0.5 * min(lim.linear_accel_m_s2, lim.linear_decel_m_s2),
+                                      time_scale=stage.time_scale if stage is not None else 1.0)
+        return {"ok": True, "state": self.loop.start_behavior(behavior), "behavior": behavior.status()}
 
     def _debug_driver(self, p: DebugParams) -> dict[str, Any]:
         return self.loop.driver_debug(p.command)

@@ -69,8 +69,10 @@ def test_seek_and_speed_from_the_banner(replay, open_dashboard, wait_for):
     page.locator("#replay-banner").wait_for(state="visible")
     st = replay.get("/api/replay")[1]
     # seek to the middle with the slider: the page reloads at the new position
-    page.evaluate("""() => { const s = document.querySelector('#replay-seek'); s.value = '500';
-                             s.dispatchEvent(new Event('input')); s.dispatchEvent(new Event('change')); }""")
+    # (wait for that reload itself: a wait on the old page can pass just before it goes away)
+    with page.expect_navigation(timeout=15000):
+        page.evaluate("""() => { const s = document.querySelector('#replay-seek'); s.value = '500';
+                                 s.dispatchEvent(new Event('input')); s.dispatchEvent(new Event('change')); }""")
     wait_for(lambda: abs(replay.get("/api/replay")[1]["position_t"] - (st["start_t"] + st["duration_s"] / 2)) < 0.2,
              10, "the replay at the middle")
     page.wait_for_load_state()

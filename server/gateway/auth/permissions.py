@@ -233,6 +233,11 @@ FEATURE_ROUTES: tuple[tuple[str, str, Rule], ...] = (
     ("GET", "/api/trajectory/report", VIEWER),
     ("GET", "/api/trajectory/report.svg", VIEWER),
     ("POST", "/api/program", OPERATOR_CSV),      # generates text for the drives from JSON or CSV; moves nothing
+    # issue 14: vision (watching is for viewers; driving to a marker is motion: the lease)
+    ("GET", "/api/vision", VIEWER),
+    ("GET", "/ws/vision", STREAM),                # marker overlays: ends with the session
+    ("POST", "/api/go_to_marker", LEASE),
+    ("POST", "/api/debug/vision", ADMIN),         # only with [debug] routes = true (tests)
 )
 
 WS_MESSAGES: tuple[tuple[str, str, Rule], ...] = (
@@ -248,6 +253,7 @@ WS_MESSAGES: tuple[tuple[str, str, Rule], ...] = (
     ("/ws/telemetry", "tool", LEASE),
     ("/ws/telemetry", "tool_jog", LEASE),
     ("/ws/telemetry", "pose", LEASE),
+    ("/ws/telemetry", "go_to_marker", LEASE),
     ("/ws/video", "ack", VIEWER),
 )
 

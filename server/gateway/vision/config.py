@@ -19,13 +19,14 @@ ValueError: vision: dictionary 'DICT_3X3_9' is not an OpenCV ArUco dictionary (e
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, Iterable, Mapping
 
 import cv2
 import msgspec
 from msgspec import Meta
 
 from server.config import Table
+from server.runtime_api import EXTERNAL_SOURCES
 
 Metres = Annotated[float, Meta(ge=-1e4, le=1e4)]
 
@@ -99,6 +100,46 @@ class VisionConfig(Table):
     def marker_map(self) -> dict[int, tuple[float, float, float]]:
         """id → (x, y, psi) of the configured markers."""
         return {m.id: m.pose for m in self.markers}
+
+    def channel_names(self, marker_ids: Iterable[int]) -> list[str]:
+        """The channels the pipeline publishes with a map of ``marker_ids`` (the order of
+        :meth:`~server.gateway.vision.pipeline.VisionPipeline.channel_specs`).
+
+        >>> VisionConfig(floor_enabled=False).channel_names([])
+        ['vision_markers', 'vision_marker_id', 'vision_marker_range_m', 'vision_marker_bearing_rad', 'vision_latency_s']
+        """
+        ids = sorted(set(marker_ids))
+        out = ["vision_markers", "vision_marker_id", "vision_marker_range_m", "vision_marker_bearing_rad"]
+        for i in ids:
+            out += [f"marker_{i}_range_m", f"marker_{i}_bearing_rad"]
+        if ids:
+            out += ["vision_fix_x_m", "vision_fix_y_m", "vision_fix_yaw_rad", "vision_fix_sigma_m"]
+        if self.floor_enabled:
+            out += ["vision_floor_free", "vision_clear_m"]
+        return out + ["vision_latency_s"]
+
+    def check_profile(self, profile: Any) -> None:
+        """Safety rules on vision channels (the launcher loads every table): the pipeline must run and publish
+        them. Without this a rule on ``vision_clear_m`` with vision off would only show as a robot that never
+        starts (its channel stays stale)."""
+        safety = getattr(profile, "safety", None)
+        video = getattr(profile, "video", None)
+        if safety is None or video is None:
+            return  # a process that does not load both (the gateway has no rules, the runtime no [vision])
+        prefixes = EXTERNAL_SOURCES["vision"]
+        rules = [r for r in safety.rules if r.channel.startswith(prefixes)]
+        if not rules:
+            return
+        if not (self.enabled and video.enabled):
+            raise ValueError(f"safety rule {rules[0].name!r} names the vision channel {rules[0].channel!r}, but the "
+                             "vision pipeline is off (it needs [vision] enabled = true and [video] enabled = true)")
+        ids = [m.id for m in self.markers] or \
+            [m.id for m in markers_from_world((profile.sim or {}).get("world"), self.dictionary)]
+        known = set(self.channel_names(ids))
+        for r in rules:
+            if r.channel not in known:
+                raise ValueError(f"safety rule {r.name!r}: the vision pipeline publishes no channel {r.channel!r} "
+                                 f"(docs/vision.md; markers in the map: {sorted(ids) or 'none'})")
 
 
 def parse_vision_config(table: Mapping[str, Any]) -> VisionConfig:

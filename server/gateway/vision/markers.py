@@ -55,6 +55,7 @@ class MarkerDetection:
     facing_rad: float
     reprojection_px: float
     sigmas: tuple[float, float, float]  # range m, bearing rad, facing rad
+    axes_px: np.ndarray | None = None  # (4, 2): the marker's centre and the tips of its x, y, z axes (half a side long)
 
     def observation(self) -> MarkerObservation:
         r, b, f = self.sigmas
@@ -68,6 +69,7 @@ class MarkerDetection:
             "range_m": round(self.range_m, 4), "bearing_rad": round(self.bearing_rad, 5),
             "facing_rad": None if math.isnan(self.facing_rad) else round(self.facing_rad, 4),
             "distance_m": round(self.distance_m, 4),
+            "axes": None if self.axes_px is None else np.round(self.axes_px, 1).tolist(),
         }
 
 
@@ -130,8 +132,13 @@ class MarkerDetector:
         facing = math.nan if ambiguous else math.atan2(normal[1], normal[0])
         distance = float(np.linalg.norm(tvec))
         sigmas = observation_sigmas(rng, size, cam.focal_px, self.corner_sigma_px)
+        # x right, y up along the printed face, z out of it (cv2.drawFrameAxes' colours: x red, y green, z blue)
+        axes, _ = cv2.projectPoints(np.array([[0.0, 0.0, 0.0], [h, 0.0, 0.0], [0.0, h, 0.0], [0.0, 0.0, h]]),
+                                    rvec, tvec, cam.K, cam.dist)
+        axes = axes.reshape(4, 2)
         return MarkerDetection(
             id=marker_id, corners=corners, size_m=size, known=known, rvec=rvec, tvec=tvec, distance_m=distance,
             range_m=rng, bearing_rad=math.atan2(p[1], p[0]), elevation_rad=math.atan2(p[2] - cam.mount_height_m, rng),
             facing_rad=facing, reprojection_px=float(errs[best]), sigmas=sigmas,
+            axes_px=axes if np.all(np.isfinite(axes)) else None,
         )

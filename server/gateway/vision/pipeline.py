@@ -45,6 +45,10 @@ from server.gateway.vision.markers import MarkerDetection, MarkerDetector
 
 #: a fix whose normalised residual χ²/dof is above this rests on an observation that does not fit the map
 MAX_FIX_CHI2_PER_DOF = 25.0
+#: the channels listed with the robot's in ``GET /api/robot`` (a dashboard widget each); the per-marker and
+#: fix channels are described under ``external.vision`` only (the map shows them)
+GAUGE_CHANNELS = frozenset({"vision_markers", "vision_marker_id", "vision_marker_range_m",
+                            "vision_marker_bearing_rad", "vision_floor_free", "vision_clear_m", "vision_latency_s"})
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,16 @@ class VisionResult:
         return {"seq": self.seq, "capture_t": self.capture_t, "latency_s": round(self.latency_s, 4),
                 "width": self.size[0], "height": self.size[1], "decoded": self.n_decoded,
                 "markers": [m.to_json() for m in self.markers], "fix": fix, "floor": floor}
+
+
+    def measurement(self) -> dict[str, Any]:
+        """The runtime API's ``measurements`` parameters (docs/runtime-api.md): the channels (NaN → null) with
+        the capture time, and the observations of the markers of the map."""
+        obs = [{"id": m.id, "range_m": m.range_m, "bearing_rad": m.bearing_rad, "range_sigma_m": m.sigmas[0],
+                "bearing_sigma_rad": m.sigmas[1]} for m in self.markers if m.known]
+        return {"source": "vision", "sample_t": self.sample_t,
+                "channels": {k: (v if math.isfinite(v) else None) for k, v in self.channels.items()},
+                "observations": obs}
 
 
 def _round(v: float, n: int) -> float | None:

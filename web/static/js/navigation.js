@@ -5,6 +5,12 @@
 // heading = (90° − yaw) mod 360; positive pitch is nose-down, positive roll is
 // right side down. The map draws world x east to the right and y north up.
 //
+// Vision (docs/vision.md): the map draws the fiducial markers of the map (a square with a tick where
+// its face looks, its id; filled while the camera sees it), the latest marker fix of the estimator
+// (snapshot.estimation.marker_fix: a diamond in a circle of its 1-σ radius, amber when the filter
+// refused it), and a "Go to marker" form posts POST /api/go_to_marker (refusals are shown as they
+// come, e.g. not_in_view).
+//
 // Until the magnetometer is calibrated (snapshot.estimation.heading_calibrated false) the
 // heading may be ~10° off: the compass carries an "UNCAL" marker and a dashed amber bezel,
 // and the warning stands above the heading form, so it is read before a turn is sent.
@@ -130,6 +136,23 @@ function createMap(container, robot) {
   }
   const anchors = (robot.uwb && robot.uwb.anchors) || [];
   for (const a of anchors) el("rect", { x: a[0] - 0.06, y: a[1] - 0.06, width: 0.12, height: 0.12, class: "anchor" }, g);
+  const markerNodes = new Map();
+  for (const m of mapMarkers(robot)) {
+    // a square on the wall, a tick out of its face (ENU yaw), and the id beside it (text drawn unflipped)
+    const mg = el("g", { class: "marker", "data-id": String(m.id),
+      transform: `translate(${m.x.toFixed(3)} ${m.y.toFixed(3)}) rotate(${(m.yaw * DEG).toFixed(1)})` }, g);
+    const sq = el("rect", { x: -0.06, y: -0.06, width: 0.12, height: 0.12, fill: "none", stroke: "#39ff14",
+      "stroke-width": 0.025 }, mg);
+    el("line", { x1: 0.06, y1: 0, x2: 0.2, y2: 0, stroke: "#39ff14", "stroke-width": 0.02 }, mg);
+    const label = el("text", { x: 0, y: 0, "font-size": 0.16, fill: "#39ff14", "text-anchor": "middle",
+      transform: `rotate(${(-m.yaw * DEG).toFixed(1)}) translate(0 -0.14) scale(1 -1)` }, mg);
+    label.textContent = String(m.id);
+    markerNodes.set(m.id, { sq, seen: false });
+  }
+  const markerFix = el("g", { class: "marker-fix", visibility: "hidden" }, g);
+  const fixSigma = el("circle", { r: 0.1, fill: "none", stroke: "#39ff14", "stroke-width": 0.015,
+    "stroke-dasharray": "0.04 0.03" }, markerFix);
+  const fixDot = el("path", { d: "M0 -0.07 L0.07 0 L0 0.07 L-0.07 0 Z", fill: "#39ff14" }, markerFix);
   const trail = el("polyline", { points: "", class: "trail" }, g);
   const truth = el("path", { d: "M0.18 0 L-0.12 0.1 L-0.12 -0.1 Z", class: "truth", visibility: "hidden" }, g);
   const est = el("path", { d: "M0.18 0 L-0.12 0.1 L-0.12 -0.1 Z", class: "estimate", visibility: "hidden" }, g);
@@ -145,6 +168,27 @@ function createMap(container, robot) {
     node.setAttribute("transform", `translate(${x.toFixed(3)} ${y.toFixed(3)}) rotate(${((yaw || 0) * DEG).toFixed(1)})`);
   };
   return {
+    setVision(values, fix) {
+      for (const [id, node] of markerNodes) {
+        const seen = num(values[`marker_${id}_range_m`]) !== null;
+        if (seen !== node.seen) {
+          node.seen = seen;
+          node.sq.setAttribute("fill", seen ? "#39ff14" : "none");
+          node.sq.parentNode.classList.toggle("in-view", seen);
+        }
+      }
+      if (!fix || num(fix.x_m) === null || num(fix.y_m) === null) {
+        markerFix.setAttribute("visibility", "hidden");
+        return;
+      }
+      const colour = fix.accepted ? "#39ff14" : "#f3b619";
+      markerFix.setAttribute("visibility", "visible");
+      markerFix.setAttribute("transform", `translate(${fix.x_m.toFixed(3)} ${fix.y_m.toFixed(3)})`);
+      markerFix.setAttribute("data-accepted", fix.accepted ? "true" : "false");
+      fixSigma.setAttribute("r", Math.max(0.03, Math.min(2, num(fix.sigma_m) || 0.1)).toFixed(3));
+      fixSigma.setAttribute("stroke", colour);
+      fixDot.setAttribute("fill", colour);
+    },
     set(values, truthPose) {
       const ex = num(values.est_x_m);
       const ey = num(values.est_y_m);
@@ -171,6 +215,58 @@ function createMap(container, robot) {
   };
 }
 
+/** The marker map: the vision pipeline's (as declared to the runtime) or the simulated world's. */
+function mapMarkers(robot) {
+  const declared = robot.external && robot.external.vision && robot.external.vision.markers;
+  if (declared && declared.length) return declared.map((m) => ({ id: m.id, x: m.x_m, y: m.y_m, yaw: m.yaw_rad }));
+  const world = (robot.world && robot.world.markers) || [];
+  return world.filter((m) => Array.isArray(m.position))
+    .map((m) => ({ id: m.id, x: m.position[0], y: m.position[1], yaw: ((m.yaw_deg || 0) * Math.PI) / 180 }));
+}
+
+function createGoToMarker(root, robot, say) {
+  const ids = mapMarkers(robot).map((m) => m.id);
+  if (!ids.length) return;
+  const form = document.createElement("form");
+  form.id = "marker-form";
+  form.className = "nav-form";
+  form.setAttribute("aria-label", "Drive to a fiducial marker and stop short of it");
+  form.innerHTML = `
+    <label for="marker-select">Marker</label>
+    <select id="marker-select"><option value="">nearest in view</option></select>
+    <label for="marker-standoff">stop at</label>
+    <input id="marker-standoff" type="number" min="0.2" max="10" step="0.1" value="0.6" required>
+    <span>m</span>
+    <button type="submit">Go to marker</button>`;
+  const select = form.querySelector("#marker-select");
+  for (const id of ids) {
+    const o = document.createElement("option");
+    o.value = String(id);
+    o.textContent = String(id);
+    select.appendChild(o);
+  }
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const body = { standoff_m: Number(form.querySelector("#marker-standoff").value) };
+    if (select.value !== "") body.marker_id = Number(select.value);
+    try {
+      const reply = await post("/api/go_to_marker", body);
+      say(`driving to marker ${reply.behavior.marker_id}, stopping ${body.standoff_m} m short`);
+    } catch (err) {
+      say(err.message, true);
+    }
+  });
+  const anchor = root.querySelector("#nav-status");
+  root.insertBefore(form, anchor);
+  const legend = root.querySelector(".nav-legend");
+  if (legend) {
+    const sw = document.createElement("span");
+    sw.className = "swatch";
+    sw.style.background = "#39ff14";
+    legend.append(sw, "marker / marker fix");
+  }
+}
+
 async function post(path, body) {
   const res = await apiFetch(path, { body });
   if (!res.ok) throw new Error(res.status ? `${res.error.code}: ${res.error.message}` : res.error.message);
@@ -193,6 +289,7 @@ export function createNavigation({ root, robot }) {
   const input = root.querySelector("#heading-input");
   const status = root.querySelector("#nav-status");
   const calButton = root.querySelector("#magcal-button");
+  createGoToMarker(root, robot, (text, isError) => say(text, isError));
   const warningEl = root.querySelector("#heading-warning");
   let headingWarning = null;     // the server's sentence while uncalibrated, else null
   const say = (text, isError = false) => {
@@ -242,6 +339,7 @@ export function createNavigation({ root, robot }) {
       const target = b && num(b.target_deg) !== null ? b.target_deg : null;
       compass.set(num(v.heading_deg), target);
       map.set(v, snap.truth && Object.keys(snap.truth).length ? snap.truth : null);
+      map.setVision(v, est && est.marker_fix ? est.marker_fix : null);
       if (b && b.name) {
         const progress = b.progress !== undefined ? ` ${Math.round(100 * b.progress)} %` : "";
         const uncal = b.name === "heading" && calibrated === false ? " (heading uncalibrated: may be ~10° off)" : "";

@@ -13,11 +13,18 @@
 // returns server − client in ms (the telemetry session measures it), so it is the
 // age of the picture when it reached the screen.
 //
+// Marker overlays (docs/vision.md): while the vision pipeline runs (GET /api/vision), a "Markers"
+// switch (remembered in localStorage) opens /ws/vision and draws each result over the picture in an
+// SVG whose viewBox is the frame's pixels: the outline and id of every decoded marker, and its axes
+// (x red, y green, z blue, half a side long). Elements are reused and only their attributes change.
+// A result older than VISION_STALE_MS is hidden (the picture moved on; vision did not).
+//
 // API: const panel = createVideoPanel(container, { clockOffset: () => ms });
 //   panel.setState(null)     grey out (the dashboard lost the server); the panel's own
 //                            socket keeps reconnecting with backoff
 //   panel.setState({...})    connection back: reconnect now if the video socket is down
 //   panel.stats()            {frames, fps, latencyMs, seq, width, height, state, errors}
+//   panel.visionStats()      {available, on, connected, results, seq, markers: [ids drawn]}
 //   panel.close()            close the socket, revoke URLs, remove the DOM
 
 const BACKOFF_MIN_MS = 500;
@@ -25,6 +32,9 @@ const BACKOFF_MAX_MS = 8000;
 const STALE_AFTER_MS = 2000;   // no frame for this long while the camera is "ok": grey out
 const OVERLAY_EVERY_MS = 250;  // overlay text refresh (readable, and cheap)
 const FPS_WINDOW_MS = 2000;
+const VISION_STALE_MS = 1000;  // hide the overlay of a result older than this
+const VISION_KEY = "teleop.video.markers";
+const SVGNS = "http://www.w3.org/2000/svg";
 
 const STYLE_ID = "video-panel-style";
 const STYLE = `
@@ -42,6 +52,18 @@ const STYLE = `
 .vp.vp-disconnected .vp-overlay, .vp.vp-stale .vp-overlay { opacity: .6; }
 .vp.vp-state-retrying .vp-status, .vp.vp-stale .vp-status { color: #f3b619; }
 .vp.vp-state-failed .vp-status, .vp.vp-disconnected .vp-status { color: #ffb3ae; }
+.vp-vision { position: absolute; inset: 0; width: 100%; height: 100%; pointer-events: none; }
+.vp-vision[hidden] { display: none; }
+.vp-vision .vp-marker polygon { fill: rgba(57, 255, 20, .12); stroke: #39ff14; }
+.vp-vision .vp-marker.vp-unknown polygon { fill: none; stroke: #f3b619; stroke-dasharray: 4 3; }
+.vp-vision .vp-marker text { fill: #39ff14; font: 700 16px ui-monospace, monospace; paint-order: stroke;
+  stroke: #000; stroke-width: 3px; }
+.vp-vision .vp-marker.vp-unknown text { fill: #f3b619; }
+.vp-vision .ax-x { stroke: #ff4040; } .vp-vision .ax-y { stroke: #40ff40; } .vp-vision .ax-z { stroke: #4090ff; }
+.vp-switch { position: absolute; top: 6px; left: 6px; padding: 2px 8px; border-radius: 4px; border: 0;
+  background: rgba(0, 0, 0, .6); color: #fff; font: 600 .8rem/1.5 system-ui, sans-serif; cursor: pointer; }
+.vp-switch[hidden] { display: none; }
+.vp-switch[aria-pressed="true"] { background: rgba(20, 110, 20, .8); }
 `;
 
 function ensureStyle() {
@@ -59,6 +81,176 @@ function nowMs() {
 function defaultUrl() {
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   return `${scheme}//${location.host}/ws/video`;
+}
+
+function svgEl(tag, attrs = {}, parent = null) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (parent) parent.appendChild(e);
+  return e;
+}
+
+function setAttr(node, name, value) {
+  if (node.getAttribute(name) !== value) node.setAttribute(name, value);
+}
+
+function visionUrl() {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  return `${scheme}//${location.host}/ws/vision`;
+}
+
+/** The marker overlay: an SVG over the picture fed by /ws/vision while its switch is on. */
+function createVisionOverlay(frame, { strokePx = 2 } = {}) {
+  const svg = svgEl("svg", { class: "vp-vision", "aria-hidden": "true", preserveAspectRatio: "xMidYMid meet",
+    viewBox: "0 0 640 480" });
+  svg.hidden = true;
+  frame.appendChild(svg);
+  const button = el("button", "vp-switch", { type: "button", "aria-pressed": "false",
+    title: "Draw the fiducial markers the vision pipeline finds" });
+  button.textContent = "Markers";
+  button.hidden = true;
+  frame.appendChild(button);
+  const pool = [];
+  let on = localStorage.getItem(VISION_KEY) !== "off";
+  let available = false;
+  let ws = null;
+  let attempt = 0;
+  let retryTimer = null;
+  let closed = false;
+  let shownAt = 0;
+  const st = { results: 0, seq: 0, markers: [], connected: false };
+
+  function group(i) {
+    while (pool.length <= i) {
+      const g = svgEl("g", { class: "vp-marker" }, svg);
+      const poly = svgEl("polygon", { "stroke-width": strokePx }, g);
+      const axes = ["x", "y", "z"].map((a) => svgEl("line", { class: `ax-${a}`, "stroke-width": strokePx + 1 }, g));
+      const text = svgEl("text", {}, g);
+      pool.push({ g, poly, axes, text });
+    }
+    return pool[i];
+  }
+
+  function draw(d) {
+    setAttr(svg, "viewBox", `0 0 ${d.width} ${d.height}`);
+    const markers = d.markers || [];
+    markers.forEach((m, i) => {
+      const p = group(i);
+      p.g.removeAttribute("display");
+      p.g.classList.toggle("vp-unknown", !m.known);
+      setAttr(p.g, "data-id", String(m.id));
+      setAttr(p.poly, "points", m.corners.map((c) => `${c[0]},${c[1]}`).join(" "));
+      const axes = m.axes || null;
+      p.axes.forEach((line, k) => {
+        if (!axes) {
+          setAttr(line, "display", "none");
+          return;
+        }
+        line.removeAttribute("display");
+        setAttr(line, "x1", String(axes[0][0]));
+        setAttr(line, "y1", String(axes[0][1]));
+        setAttr(line, "x2", String(axes[k + 1][0]));
+        setAttr(line, "y2", String(axes[k + 1][1]));
+      });
+      const top = m.corners.reduce((a, c) => (c[1] < a[1] ? c : a), m.corners[0]);
+      setAttr(p.text, "x", String(top[0]));
+      setAttr(p.text, "y", String(Math.max(16, top[1] - 6)));
+      const label = m.known ? `${m.id} · ${m.range_m.toFixed(2)} m` : `${m.id}?`;
+      if (p.text.textContent !== label) p.text.textContent = label;
+    });
+    for (let i = markers.length; i < pool.length; i += 1) setAttr(pool[i].g, "display", "none");
+    st.results += 1;
+    st.seq = d.seq;
+    st.markers = markers.map((m) => m.id);
+    shownAt = performance.now();
+    svg.hidden = !on;
+  }
+
+  function disconnect() {
+    clearTimeout(retryTimer);
+    retryTimer = null;
+    if (ws) {
+      const sock = ws;
+      ws = null;
+      sock.close(1000, "overlay off");
+    }
+    st.connected = false;
+    svg.hidden = true;
+  }
+
+  function connect() {
+    if (closed || ws || !on || !available) return;
+    const sock = new WebSocket(visionUrl());
+    ws = sock;
+    sock.onopen = () => {
+      attempt = 0;
+      st.connected = true;
+    };
+    sock.onmessage = (ev) => {
+      let msg;
+      try {
+        msg = JSON.parse(ev.data);
+      } catch {
+        return;
+      }
+      if (msg.type === "vision" && msg.data) draw(msg.data);
+    };
+    sock.onclose = () => {
+      if (ws !== sock) return;
+      ws = null;
+      st.connected = false;
+      svg.hidden = true;
+      if (closed || !on) return;
+      attempt += 1;
+      const base = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** (attempt - 1));
+      retryTimer = setTimeout(() => { retryTimer = null; probe(); }, base * (0.75 + Math.random() * 0.5));
+    };
+  }
+
+  function render() {
+    button.hidden = !available;
+    button.setAttribute("aria-pressed", on ? "true" : "false");
+  }
+
+  async function probe() {
+    // the pipeline may be off (or not yet running): ask before opening its socket
+    try {
+      const r = await fetch("/api/vision", { credentials: "same-origin", cache: "no-store" });
+      const body = r.ok ? await r.json() : null;
+      available = !!(body && body.enabled && !body.reason);
+    } catch {
+      available = false;
+    }
+    render();
+    if (available && on) connect();
+  }
+
+  button.addEventListener("click", () => {
+    on = !on;
+    localStorage.setItem(VISION_KEY, on ? "on" : "off");
+    render();
+    if (on) connect();
+    else disconnect();
+  });
+
+  const ticker = setInterval(() => {
+    if (!svg.hidden && performance.now() - shownAt > VISION_STALE_MS) svg.hidden = true;
+  }, 250);
+
+  probe();
+  return {
+    reconnect() {
+      if (!ws && on && !retryTimer) probe();
+    },
+    stats() {
+      return { available, on, ...st, visible: !svg.hidden };
+    },
+    close() {
+      closed = true;
+      clearInterval(ticker);
+      disconnect();
+    },
+  };
 }
 
 function el(tag, className, attrs = {}) {
@@ -96,6 +288,7 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
   frame.append(img, overlay, statusEl);
   root.append(frame);
   container.appendChild(root);
+  const vision = createVisionOverlay(frame);
   setText(fpsEl, "– fps");
   setText(latEl, "– ms");
 
@@ -325,17 +518,22 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
           attempt = 0;
           connect();
         }
+        vision.reconnect();
       }
       render();
     },
     stats() {
       return { ...s, state: camera ? camera.state : null, connected: socketUp };
     },
+    visionStats() {
+      return vision.stats();
+    },
     close() {
       closed = true;
       clearInterval(ticker);
       clearTimeout(retryTimer);
       document.removeEventListener("visibilitychange", onVisibility);
+      vision.close();
       if (ws) ws.close(1000, "panel closed");
       ws = null;
       revokeShown();
