@@ -34,7 +34,7 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
-from common import REPO, cpu_seconds, start_server, summary_ms, video_viewer_proc, wait_until
+from common import REPO, cpu_seconds, read_telemetry, start_server, summary_ms, video_viewer_proc, wait_until
 
 RATE_HZ = 50.0
 
@@ -128,16 +128,7 @@ def _swarm(kind: str, url: str, n: int, seconds: float, out: mp.Queue) -> None:
 
     async def project(session: aiohttp.ClientSession, stop_t: float) -> None:
         async with session.ws_connect(url + "/ws/telemetry") as ws:
-            while time.time() < stop_t:
-                try:
-                    msg = await asyncio.wait_for(ws.receive(), 2)
-                except asyncio.TimeoutError:
-                    continue
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    break
-                now = time.time()
-                if msg.data.startswith('{"type":"telemetry"'):
-                    lat.append(now - stamp(msg.data[msg.data.find('"data":'):]))
+            await read_telemetry(ws, stop_t, lambda _now, latency: lat.append(latency))
 
     async def plain(session: aiohttp.ClientSession, stop_t: float) -> None:
         async with session.ws_connect(url) as ws:

@@ -41,7 +41,7 @@ from mcap.stream_reader import StreamReader  # noqa: E402
 from server.gateway.recording import Recorder, Recording, RecordingConfig, list_recordings, recent_events  # noqa: E402
 from server.gateway.recording.replay import FakeClock, ReplaySource  # noqa: E402
 from server.gateway.reports import run_report  # noqa: E402
-from common import start_server, wait_until  # noqa: E402
+from common import read_telemetry, start_server, wait_until  # noqa: E402
 
 QUICK = "--quick" in sys.argv
 RNG = np.random.default_rng(7)
@@ -339,18 +339,7 @@ def _latency_client(url: str, seconds: float, out) -> None:
         got: list[tuple[float, float]] = []
         stop_t = time.time() + seconds
         async with aiohttp.ClientSession() as session, session.ws_connect(url + "/ws/telemetry") as ws:
-            while time.time() < stop_t:
-                try:
-                    msg = await asyncio.wait_for(ws.receive(), 2)
-                except asyncio.TimeoutError:
-                    continue
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    break
-                now = time.time()
-                if msg.data.startswith('{"type":"telemetry"'):
-                    i = msg.data.find(',"t":', 0, 200)
-                    j = msg.data.find(",", i + 5)
-                    got.append((now, now - float(msg.data[i + 5:j])))
+            await read_telemetry(ws, stop_t, lambda now, latency: got.append((now, latency)))
         return got
 
     out.put(asyncio.run(main()))

@@ -19,26 +19,14 @@ import time
 
 import aiohttp
 
-from common import cpu_seconds, start_server, summary_ms, video_viewer_proc, wait_until
+from common import cpu_seconds, read_telemetry, start_server, summary_ms, video_viewer_proc, wait_until
 
 
 # ---------------------------------------------------------------------- telemetry clients (own process)
 def _clients_proc(url: str, n: int, seconds: float, out: mp.Queue) -> None:
     async def one(session: aiohttp.ClientSession, lat: list[float], stop_t: float) -> None:
         async with session.ws_connect(url + "/ws/telemetry") as ws:
-            while time.time() < stop_t:
-                try:
-                    msg = await asyncio.wait_for(ws.receive(), 2)
-                except asyncio.TimeoutError:
-                    continue
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    break
-                now = time.time()
-                if msg.data.startswith('{"type":"telemetry"'):
-                    # cheap parse of the snapshot's send stamp: the client process must not be the bottleneck
-                    i = msg.data.find(',"t":', 0, 200)
-                    j = msg.data.find(",", i + 5)
-                    lat.append(now - float(msg.data[i + 5:j]))
+            await read_telemetry(ws, stop_t, lambda _now, latency: lat.append(latency))
 
     async def main() -> list[float]:
         lat: list[float] = []

@@ -34,6 +34,24 @@ def start_server(overrides: dict | None = None) -> ServerProc:
     return ServerProc(path).start()
 
 
+async def read_telemetry(ws: aiohttp.ClientWebSocketResponse, stop_t: float, on_snapshot) -> None:
+    """Read ``/ws/telemetry`` until ``stop_t``; ``on_snapshot(received_wall_t, latency_s)`` per snapshot, where
+    the latency is the receive time − the snapshot's own ``"t"`` (a cheap parse: the client process must not be
+    the bottleneck)."""
+    while time.time() < stop_t:
+        try:
+            msg = await asyncio.wait_for(ws.receive(), 2)
+        except asyncio.TimeoutError:
+            continue
+        if msg.type != aiohttp.WSMsgType.TEXT:
+            break
+        now = time.time()
+        if msg.data.startswith('{"type":"telemetry"'):
+            i = msg.data.find(',"t":', 0, 200)
+            j = msg.data.find(",", i + 5)
+            on_snapshot(now, now - float(msg.data[i + 5:j]))
+
+
 def video_viewer_proc(url: str, seconds: float, out: mp.Queue) -> None:
     """One /ws/video viewer that acks every frame (a browser tab)."""
     async def main() -> int:
