@@ -158,11 +158,13 @@ async def replay_middleware(request: web.Request, handler):
     return await handler(request)
 
 
-def create_replay_app(profile: Any, source: ReplaySource, *, autoplay: bool = True) -> web.Application:
-    """The gateway app driven by ``source`` (``profile``: the gateway's tables, video forced off)."""
+def create_replay_app(profile: Any, source: ReplaySource, *, autoplay: bool = True,
+                      bound_host: str | None = None) -> web.Application:
+    """The gateway app driven by ``source`` (``profile``: the gateway's tables, video forced off;
+    ``bound_host`` as for :func:`server.gateway.app.create_app`)."""
     from server.gateway.app import create_app
 
-    app = create_app(profile, ReplayRuntime(source, autoplay=autoplay))
+    app = create_app(profile, ReplayRuntime(source, autoplay=autoplay), bound_host=bound_host)
     app.middlewares.append(replay_middleware)  # inside the error middleware: refusals become JSON
     return app
 
@@ -188,8 +190,13 @@ async def serve(profile: Any, source: ReplaySource, args: argparse.Namespace) ->
     from server.gateway.app import GUARD
     from server.gateway.connections import ConnectionGuard
 
+    from server.gateway.auth import AUTH_KEY, check_bind
+
     scfg = profile.server
-    app = create_replay_app(profile, source, autoplay=not args.paused)
+    host = args.host or scfg.host
+    app = create_replay_app(profile, source, autoplay=not args.paused, bound_host=host)
+    # a recording shows the robot's runs: the same rule as the live gateway, no users → loopback only
+    check_bind(host, app[AUTH_KEY].users.configured)
     guard = ConnectionGuard(scfg.max_connections, scfg.request_timeout_s)
     app[GUARD] = guard
     runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=scfg.request_timeout_s)
@@ -201,7 +208,7 @@ async def serve(profile: Any, source: ReplaySource, args: argparse.Namespace) ->
     for sig in (signal.SIGINT, signal.SIGTERM):
         aio.add_signal_handler(sig, stop.set)
     try:
-        site = web.TCPSite(runner, args.host or scfg.host, scfg.port if args.port is None else args.port)
+        site = web.TCPSite(runner, host, scfg.port if args.port is None else args.port)
         await site.start()
         host, port = site._server.sockets[0].getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
@@ -231,8 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     except (RecordingError, ValueError) as err:
         print(f"teleop: cannot replay {path}: {err}", file=sys.stderr)
         return 2
+    from server.gateway.auth import BindRefused, UsersFileError
+
     try:
         asyncio.run(serve(profile, source, args))
+    except (BindRefused, UsersFileError) as err:
+        print(f"teleop: {err}", file=sys.stderr)
+        return 2
     except OSError as err:
         print(f"teleop: cannot listen: {err}", file=sys.stderr)
         return 3

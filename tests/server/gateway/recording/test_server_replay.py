@@ -132,3 +132,12 @@ def test_a_file_that_cannot_be_replayed_is_a_clear_error(tmp_path, content):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "cannot replay" in out.stderr and "bad.mcap" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_replay_without_users_refuses_to_listen_beyond_loopback(recording, tmp_path):
+    # a recording shows the robot's runs and its camera's place: same bind rule as the live server
+    out = subprocess.run([sys.executable, "-m", "server", "replay", str(recording), "--config",
+                          str(write_config(tmp_path, {})), "--host", "0.0.0.0", "--port", "0"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "refusing to listen on 0.0.0.0" in out.stderr and "Traceback" not in out.stderr
