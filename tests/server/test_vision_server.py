@@ -230,6 +230,30 @@ def test_the_overlay_socket_sends_each_result_with_marker_corners_and_axes(serve
     assert reply["error"]["code"] == "unknown_type"
 
 
+def test_overlay_sockets_are_capped_like_video_viewers(server_factory) -> None:
+    srv = vision_server(server_factory, video={"max_viewers": 2})
+
+    async def crowd() -> tuple[int, int]:
+        async with aiohttp.ClientSession() as http:
+            held = [await http.ws_connect(srv.ws_url + "/ws/vision") for _ in range(2)]
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(srv.ws_url + "/ws/vision")
+            await held[0].close()
+            async with asyncio.timeout(10):  # the slot frees once the server has seen the close
+                while True:
+                    try:
+                        again = await http.ws_connect(srv.ws_url + "/ws/vision")
+                        break
+                    except aiohttp.WSServerHandshakeError:
+                        await asyncio.sleep(0.05)
+            for ws in [*held[1:], again]:
+                await ws.close()
+            return refused.value.status, len(held)
+
+    status, held = asyncio.run(crowd())
+    assert status == 503 and held == 2
+
+
 # ---------------------------------------------------------------------- vision off
 def test_with_vision_off_the_routes_say_why(server: ServerProc) -> None:
     status, body = server.get("/api/vision")

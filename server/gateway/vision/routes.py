@@ -81,6 +81,10 @@ def setup_vision(app: web.Application, profile: Profile, runtime: RuntimeClient,
         if not service.running:
             raise ConflictError(service.reason or "vision is starting (waiting for the robot runtime)",
                                 code="unavailable")
+        limit = profile.video.max_viewers  # overlays are drawn over the video: as many as its viewers
+        if len(service.clients) >= limit:
+            raise ApiError(f"too many vision overlay clients (max {limit}); try again later", code="busy",
+                           status=503)
         ws = web.WebSocketResponse(heartbeat=10.0, max_msg_size=1024)
         await ws.prepare(request)
         client = service.add_client(ws, request.transport)
