@@ -74,6 +74,7 @@ class PtyRunner:
         self._dir = tempfile.mkdtemp(prefix="teleop-pty-")
         self.port = os.path.join(self._dir, name)
         self._master: int | None = None
+        self._gen = 0  # bumped whenever the master changes: a fd number can be reused by the next pty
         self._slave_keep: int | None = None
         self._thread: threading.Thread | None = None
         self._running = False
@@ -163,6 +164,7 @@ class PtyRunner:
         os.set_blocking(master, False)
         path = os.ttyname(slave)
         os.close(slave)  # the host opens it; while nobody holds it the master reads EIO
+        self._gen += 1
         self._master = master
         self._host = False
         self._out.clear()
@@ -180,12 +182,13 @@ class PtyRunner:
                 os.close(self._master)
             except OSError:
                 pass
+            self._gen += 1
             self._master = None
             self._host = False
 
     def _serve(self) -> None:
         while self._running:
-            master = self._master
+            gen, master = self._gen, self._master
             if master is None:
                 time.sleep(_NO_HOST_POLL_S)
                 continue
@@ -198,16 +201,23 @@ class PtyRunner:
                 readable, writable, _ = select.select([master], want_write, [], timeout)
             except (OSError, ValueError):  # closed under us by unplug()
                 continue
+            if gen != self._gen:  # unplugged or replugged while we waited: start over on the new master
+                continue
             if not readable and not self._host:
                 # select timed out on a master with no EIO: a host holds the slave now
                 self._host_opened()
             data = b""
             if readable:
                 try:
-                    data = os.read(master, 4096)
+                    with self.lock:  # unplug()/replug() hold it: the fd cannot be closed or reused mid-read
+                        if gen != self._gen:
+                            continue
+                        data = os.read(master, 4096)
                 except BlockingIOError:
                     data = b""
                 except OSError as err:
+                    if gen != self._gen or err.errno == errno.EBADF:  # closed (and maybe reopened) under us
+                        continue
                     if err.errno == errno.EIO:
                         if self._host:
                             logger.debug("%s: host closed the port", self.name)
@@ -215,14 +225,12 @@ class PtyRunner:
                         self._out.clear()
                         time.sleep(_NO_HOST_POLL_S)
                         continue
-                    if self._master is None:
-                        continue
                     raise
                 if data and not self._host:
                     self._host_opened()
             now = self.clock()
             with self.lock:
-                if master is not self._master:
+                if gen != self._gen:
                     continue
                 if data:
                     self.rx_log.append((now, data))
@@ -233,7 +241,10 @@ class PtyRunner:
                 self._out.extend(out)
             if self._out and self._host:
                 try:
-                    n = os.write(master, bytes(self._out))
+                    with self.lock:
+                        if gen != self._gen:
+                            continue
+                        n = os.write(master, bytes(self._out))
                     del self._out[:n]
                 except BlockingIOError:
                     pass

@@ -3,6 +3,7 @@ the stop lane, coalescing, link loss, garbage, and the errors a user sees when a
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -291,3 +292,47 @@ def test_fail__a_line_that_cannot_keep_up_refuses_more_commands(device):
         device.wait_for(b"CSTOP\r")
     finally:
         link.close()
+
+
+
+def test_the_emulator_survives_its_port_replaced_between_select_and_read(device, monkeypatch):
+    """CI once saw the emulator's thread die on EBADF: select() found the old master readable, the test
+    unplugged and replugged before the read, and every reconnect after that timed out. Here the swap is
+    made exactly in that window (the old fd number held by another file so the read cannot hit the new pty)."""
+    import select as real_select
+
+    import sim.devices.pty as pty_mod
+
+    swap = threading.Event()
+
+    class SwapAfterSelect:
+        @staticmethod
+        def select(r, w, x, timeout):
+            ready = real_select.select(r, w, x, timeout)
+            if ready[0] and swap.is_set():
+                swap.clear()
+                old = r[0]
+                device.unplug()
+                holder = os.open(os.devnull, os.O_RDONLY)  # takes the freed number while the new pty opens
+                try:
+                    device.replug()
+                finally:
+                    os.close(holder)
+                assert device._master != old
+            return ready
+
+    monkeypatch.setattr(pty_mod, "select", SwapAfterSelect)
+    link = make_link(device.port, reply_timeout_s=2.0)
+    try:
+        assert link.request(b"Q1\r") is not None
+        swap.set()
+        link.send(b"C\r")  # makes the old master readable: the swap happens in the window
+        wait_until(lambda: not swap.is_set(), message="the swap")
+    finally:
+        link.close(drain_timeout_s=0.0)
+    link = make_link(device.port, reply_timeout_s=2.0)  # the new pty is served
+    try:
+        assert link.request(b"Q2\r") is not None
+    finally:
+        link.close(drain_timeout_s=0.0)
+    assert device._thread.is_alive()
