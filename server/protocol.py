@@ -74,6 +74,38 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[dict[str, Any], byte
     return _decode(await reader.readexactly(total - 2), hlen)
 
 
+class FrameBuffer:
+    """Frames out of a byte stream fed in pieces (an ``asyncio.Protocol``'s ``data_received``): no task
+    switch between the bytes arriving and the frame being handled.
+
+    >>> fb = FrameBuffer()
+    >>> data = encode({"type": "snapshot"}, b"{}") + encode({"type": "event"})
+    >>> fb.feed(data[:5]), [h["type"] for h, _ in fb.feed(data[5:])]
+    ([], ['snapshot', 'event'])
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[dict[str, Any], bytes]]:
+        """The frames completed by ``data``; raises :class:`ProtocolError` on a bad frame."""
+        buf = self._buf
+        buf += data
+        frames = []
+        start = 0
+        while len(buf) - start >= _HEAD.size:
+            total, hlen = _HEAD.unpack_from(buf, start)
+            _check(total, hlen)
+            end = start + 4 + total
+            if len(buf) < end:
+                break
+            frames.append(_decode(bytes(buf[start + _HEAD.size:end]), hlen))
+            start = end
+        if start:
+            del buf[:start]
+        return frames
+
+
 def read_frame_sync(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
     """:func:`read_frame` for a blocking socket (the console); ``EOFError`` at end of stream."""
     total, hlen = _HEAD.unpack(_recv_exactly(sock, _HEAD.size))
@@ -91,4 +123,5 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-__all__ = ["MAX_FRAME", "PROTOCOL", "ProtocolError", "VERSION", "dumps", "encode", "read_frame", "read_frame_sync"]
+__all__ = ["FrameBuffer", "MAX_FRAME", "PROTOCOL", "ProtocolError", "VERSION", "dumps", "encode", "read_frame",
+           "read_frame_sync"]

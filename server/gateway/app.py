@@ -223,7 +223,8 @@ async def put_acquisition(request: web.Request) -> web.Response:
 
 async def get_telemetry_stats(request: web.Request) -> web.Response:
     hub = request.app[HUB]
-    clients = [{"peer": c.peer, "sent": c.sent, "dropped": c.dropped,
+    clients = [{"peer": c.peer, "sent": c.sent, "direct": c.direct, "compressed": bool(c.ws.compress),
+                "dropped": c.dropped,
                 "refused": c.bucket.refused if c.bucket is not None else 0} for c in list(hub.clients)]
     rt = request.app[RUNTIME]
     return web.json_response({**hub.stats(), "per_client": clients,
@@ -415,7 +416,7 @@ async def runtime_ctx(app: web.Application):
     hooks = app[HOOKS]
 
     def on_snapshot(data: bytes) -> None:
-        hub.publish(data.decode())
+        hub.publish(data)
         Hooks.call(hooks.on_snapshot, data)
 
     def on_event(ev: dict[str, Any]) -> None:

@@ -3,7 +3,9 @@
 One connection over the runtime's Unix socket, kept up by :meth:`RuntimeClient.run`: it
 connects (retrying with backoff while the runtime starts or restarts), reads the hello
 (the robot's description), subscribes to snapshots and events, and hands each snapshot's
-bytes on untouched (the runtime serialised it once; the gateway forwards it). Requests
+bytes on untouched (the runtime serialised it once; the gateway forwards it). Frames are
+handled in the socket protocol's ``data_received``, so a snapshot reaches the telemetry
+fan-out in the same event-loop step that read it (no task in between). Requests
 are matched to their responses by id; while the runtime is down every request fails at
 once with 503 ``runtime_down`` and the state the gateway shows is ``fault``.
 """
@@ -46,7 +48,7 @@ class RuntimeClient:
         self._latest_parsed: tuple[bytes, dict[str, Any]] | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
-        self._writer: asyncio.StreamWriter | None = None
+        self._writer: asyncio.Transport | None = None
         self._connected_event = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -70,31 +72,32 @@ class RuntimeClient:
 
     async def run(self) -> None:
         delay = 0.05
+        loop = asyncio.get_running_loop()
         while True:
             try:
-                reader, writer = await asyncio.open_unix_connection(self.socket_path)
+                transport, conn = await loop.create_unix_connection(_Connection, self.socket_path)
             except OSError:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
             delay = 0.05
             try:
-                await self._session(reader, writer)
+                await self._session(transport, conn)
             except (OSError, asyncio.IncompleteReadError, protocol.ProtocolError) as err:
                 log.debug("runtime connection ended: %r", err)
             finally:
-                self._lost(writer)
+                self._lost(transport)
 
-    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        header, _ = await asyncio.wait_for(protocol.read_frame(reader), 10.0)
+    async def _session(self, transport: asyncio.Transport, conn: "_Connection") -> None:
+        header, _ = await asyncio.wait_for(conn.next_frame(), 10.0)
         if header.get("type") != "hello" or header.get("version") != protocol.VERSION:
             raise protocol.ProtocolError(f"not a teleop runtime of API version {protocol.VERSION}: {header}")
-        writer.write(protocol.encode({"type": "hello", "version": protocol.VERSION, "client": "gateway"}))
-        self._writer = writer
+        transport.write(protocol.encode({"type": "hello", "version": protocol.VERSION, "client": "gateway"}))
+        self._writer = transport
         self.description = header.get("robot")
         self.runtime_pid = header.get("pid")
         self.shutting_down = False
-        reader_task = asyncio.create_task(self._read(reader))
+        conn.on_frame = self._on_frame  # from here every frame is handled as it arrives, in data_received
         try:
             await self.request("subscribe", {"topics": ["snapshot", "event"]})
             snap = await self.request("state")
@@ -106,31 +109,29 @@ class RuntimeClient:
             self._connected_event.set()
             log.info("connected to the robot runtime (pid %s)", self.runtime_pid)
             self.on_link(True)
-            await reader_task
+            await conn.closed
         finally:
-            reader_task.cancel()
+            conn.on_frame = None
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        while True:
-            header, payload = await protocol.read_frame(reader)
-            kind = header.get("type")
-            if kind == "snapshot":
-                self._set_latest(payload)
-                self.on_snapshot(payload)
-            elif kind == "event":
-                data = header.get("data") or {}
-                if data.get("trigger") == "shutdown":
-                    self.shutting_down = True
-                self.on_event(data)
-            elif kind == "response":
-                fut = self._pending.pop(header.get("id"), None)
-                if fut is not None and not fut.done():
-                    fut.set_result(header)
-            elif kind == "error":
-                log.error("runtime refused the connection: %s", header.get("error"))
+    def _on_frame(self, header: dict[str, Any], payload: bytes) -> None:
+        kind = header.get("type")
+        if kind == "snapshot":
+            self._set_latest(payload)
+            self.on_snapshot(payload)
+        elif kind == "event":
+            data = header.get("data") or {}
+            if data.get("trigger") == "shutdown":
+                self.shutting_down = True
+            self.on_event(data)
+        elif kind == "response":
+            fut = self._pending.pop(header.get("id"), None)
+            if fut is not None and not fut.done():
+                fut.set_result(header)
+        elif kind == "error":
+            log.error("runtime refused the connection: %s", header.get("error"))
 
-    def _lost(self, writer: asyncio.StreamWriter) -> None:
-        writer.close()
+    def _lost(self, transport: asyncio.Transport) -> None:
+        transport.close()
         self._writer = None
         for fut in self._pending.values():
             if not fut.done():
@@ -190,6 +191,52 @@ class RuntimeClient:
             return False
         writer.write(protocol.encode({"type": "notify", "method": method, "params": params or {}}))
         return True
+
+
+class _Connection(asyncio.Protocol):
+    """The runtime socket's frames, handed to ``on_frame`` in ``data_received`` (no task switch between a
+    snapshot arriving and its fan-out); until ``on_frame`` is set (the hello), they wait in a queue."""
+
+    def __init__(self) -> None:
+        self.frames = protocol.FrameBuffer()
+        self.on_frame: Callable[[dict[str, Any], bytes], None] | None = None
+        self._early: asyncio.Queue[tuple[dict[str, Any], bytes]] = asyncio.Queue()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.frames.feed(data)
+        except protocol.ProtocolError as err:
+            self._close(err)
+            return
+        for header, payload in frames:
+            if self.on_frame is not None:
+                self.on_frame(header, payload)
+            else:
+                self._early.put_nowait((header, payload))
+
+    async def next_frame(self) -> tuple[dict[str, Any], bytes]:
+        """The next frame before ``on_frame`` is set; raises when the connection ends first."""
+        get = asyncio.ensure_future(self._early.get())
+        done, _ = await asyncio.wait({get, self.closed}, return_when=asyncio.FIRST_COMPLETED)
+        if get in done:
+            return get.result()
+        get.cancel()
+        return self.closed.result()  # type: ignore[return-value]  # raises: closed only ever fails
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._close(exc or ConnectionResetError("the runtime closed the connection"))
+
+    def _close(self, err: BaseException) -> None:
+        if not self.closed.done():
+            self.closed.set_exception(err)
+            self.closed.exception()  # retrieved: a connection that ends unawaited is not an error to log
+        if self.transport is not None:
+            self.transport.close()
 
 
 __all__ = ["DOWN_MESSAGE", "RuntimeClient"]

@@ -2,11 +2,15 @@
 
 The runtime serialises each snapshot once; the gateway forwards those bytes to every client
 wrapped in the ``{"type": "telemetry", ...}`` envelope, without parsing them. The producer
-never awaits a client: it swaps the new message into each client's
-one-slot mailbox (counting a drop when the previous one was never sent) and
-sets an event. Each client has its own writer task, so one slow browser can only
-fall behind itself. Control replies and safety events go through a small
-bounded queue per client that the writer sends before the next snapshot.
+never awaits a client. A client that is idle (nothing queued, nothing being sent, an empty
+socket buffer, no compression negotiated) gets the websocket frame written straight to its
+transport: the frame is built once per snapshot and shared by every such client (as the
+``websockets`` library's ``broadcast()`` does), so a snapshot to N clients costs N
+``transport.write`` calls and no task switch. Any other client gets the snapshot swapped into
+its one-slot mailbox (counting a drop when the previous one was never sent), and its own writer
+task sends it, so one slow browser can only fall behind itself. Control replies and safety
+events go through a small bounded queue per client that the writer sends before the next
+snapshot.
 """
 
 from __future__ import annotations
@@ -15,16 +19,56 @@ import asyncio
 import collections
 import logging
 
-import orjson
+import struct
 import time
 import weakref
 from typing import Any
+
+import orjson
 
 from aiohttp import WSCloseCode, web
 
 log = logging.getLogger(__name__)
 
 MAX_CONTROL_QUEUE = 256
+
+
+def text_frame(payload: bytes) -> bytes:
+    """One unmasked, uncompressed websocket text frame (RFC 6455 §5.2: a server never masks).
+
+    >>> text_frame(b"hi")
+    b'\\x81\\x02hi'
+    >>> text_frame(b"x" * 200)[:4]
+    b'\\x81~\\x00\\xc8'
+    >>> text_frame(b"x" * 70000)[:10] == bytes([0x81, 127]) + (70000).to_bytes(8, "big")
+    True
+    """
+    n = len(payload)
+    if n < 126:
+        return struct.pack("!BB", 0x81, n) + payload
+    if n < 1 << 16:
+        return struct.pack("!BBH", 0x81, 126, n) + payload
+    return struct.pack("!BBQ", 0x81, 127, n) + payload
+
+
+class Frames:
+    """The telemetry message for one snapshot, built at most once per distinct ``dropped`` count."""
+
+    __slots__ = ("data", "_by_dropped")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._by_dropped: dict[int, bytes] = {}
+
+    def text(self, dropped: int) -> str:
+        return f'{{"type":"telemetry","dropped":{dropped},"data":{self.data.decode()}}}'
+
+    def frame(self, dropped: int) -> bytes:
+        frame = self._by_dropped.get(dropped)
+        if frame is None:
+            frame = self._by_dropped[dropped] = text_frame(
+                b'{"type":"telemetry","dropped":%d,"data":%b}' % (dropped, self.data))
+        return frame
 
 
 def dumps(obj: Any) -> str:
@@ -43,11 +87,12 @@ class TelemetryClient:
         self.send_since: float | None = None  # monotonic start of the send in progress (None: not sending)
         self.bucket = None  # the reader's TokenBucket (server.ratelimit), for stats
         self.drained = asyncio.Event()  # set while nothing is queued or being sent
-        self.slot: str | None = None
+        self.slot: Frames | None = None
         self.control: collections.deque[str] = collections.deque(maxlen=MAX_CONTROL_QUEUE)
         self.wake = asyncio.Event()
         self.dropped = 0
         self.sent = 0
+        self.direct = 0  # of ``sent``: written as the snapshot's shared frame (see the module docstring)
         self.task: asyncio.Task | None = None  # the writer, owned by the websocket handler
 
     async def flush_then_close(self, timeout_s: float) -> None:
@@ -66,12 +111,29 @@ class TelemetryClient:
             await asyncio.gather(task, return_exceptions=True)
         await self.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
 
-    def offer(self, data_json: str) -> None:
+    def offer(self, frames: Frames) -> None:
+        if self._write_now(frames):
+            return
         if self.slot is not None:
             self.dropped += 1
-        self.slot = data_json
+        self.slot = frames
         self.drained.clear()
         self.wake.set()
+
+    def _write_now(self, frames: Frames) -> bool:
+        """Write the snapshot's shared frame straight to the socket when nothing could be interleaved or
+        held back: no send in progress, nothing queued, the socket buffer empty and no compression
+        negotiated (a compressed stream's frames are the writer's). False: the writer task sends it."""
+        transport = self.transport
+        ws = self.ws
+        if (self.send_since is not None or self.control or self.slot is not None or transport is None
+                or self.task is None or ws.closed or ws.compress or transport.is_closing()
+                or transport.get_write_buffer_size()):
+            return False
+        transport.write(frames.frame(self.dropped))
+        self.sent += 1
+        self.direct += 1
+        return True
 
     def send_control(self, message: dict[str, Any] | str) -> None:
         self.control.append(message if isinstance(message, str) else dumps(message))
@@ -91,9 +153,9 @@ class TelemetryClient:
                 self.wake.clear()
                 while self.control and not ws.closed:
                     await self._send(self.control.popleft())
-                data, self.slot = self.slot, None
-                if data is not None and not ws.closed:
-                    await self._send(f'{{"type":"telemetry","dropped":{self.dropped},"data":{data}}}')
+                frames, self.slot = self.slot, None
+                if frames is not None and not ws.closed:
+                    await self._send(frames.text(self.dropped))
                     self.sent += 1
                 if self.slot is None and not self.control:
                     self.drained.set()
@@ -123,14 +185,13 @@ class TelemetryHub:
         self._sweeper: asyncio.Task | None = None
         self.clients: weakref.WeakSet[TelemetryClient] = weakref.WeakSet()
         self.published = 0
-        self.last: str | None = None
 
-    def publish(self, data_json: str) -> None:
-        """A new snapshot (JSON text, as serialised by the runtime) for every client."""
-        self.last = data_json
+    def publish(self, data: bytes) -> None:
+        """A new snapshot (JSON bytes, as serialised by the runtime) for every client."""
         self.published += 1
+        frames = Frames(data)
         for c in list(self.clients):
-            c.offer(data_json)
+            c.offer(frames)
 
     def broadcast(self, message: dict[str, Any]) -> None:
         """Queue a control-plane message (an event) for every client."""

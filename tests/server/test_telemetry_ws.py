@@ -45,6 +45,38 @@ def test_hello_then_snapshots_with_increasing_seq(server: ServerProc) -> None:
     asyncio.run(go())
 
 
+def test_plain_and_compressed_clients_get_the_same_snapshots(server: ServerProc) -> None:
+    """An idle client without compression gets the shared frame written to its socket; one that negotiated
+    permessage-deflate gets its own compressed messages from its writer task. Both must read valid telemetry
+    in order, with the control messages (hello, acks) never cut into a frame."""
+    async def read(ws, n: int) -> list[int]:
+        seqs = []
+        while len(seqs) < n:
+            t = await next_of(ws, "telemetry")
+            assert t["dropped"] >= 0 and "values" in t["data"]
+            seqs.append(t["data"]["seq"])
+        return seqs
+
+    async def go() -> None:
+        async with aiohttp.ClientSession() as s, \
+                s.ws_connect(server.ws_url + "/ws/telemetry") as plain, \
+                s.ws_connect(server.ws_url + "/ws/telemetry", compress=15) as deflated:
+            assert not plain.compress and deflated.compress == 15
+            for ws in (plain, deflated):
+                await next_of(ws, "hello")
+            a, b = await asyncio.gather(read(plain, 30), read(deflated, 30))
+            for seqs in (a, b):
+                assert seqs == sorted(seqs) and len(set(seqs)) == 30
+            await plain.send_str(json.dumps({"type": "ping", "id": 7, "t": 1.5}))
+            assert (await next_of(plain, "pong"))["t"] == 1.5
+            assert (await next_of(plain, "telemetry"))["data"]["seq"] > a[-1]
+            _, stats = server.get("/api/telemetry")
+            by_compression = {c["compressed"]: c for c in stats["per_client"]}
+            assert by_compression[False]["direct"] > 0  # the shared frame
+            assert by_compression[True]["direct"] == 0 and by_compression[True]["sent"] >= 30  # its own
+    asyncio.run(go())
+
+
 def test_commands_over_ws_with_acks_and_pong(server: ServerProc) -> None:
     async def go() -> None:
         async with aiohttp.ClientSession() as s, s.ws_connect(server.ws_url + "/ws/telemetry") as ws:
