@@ -254,6 +254,38 @@ def test_overlay_sockets_are_capped_like_video_viewers(server_factory) -> None:
     assert status == 503 and held == 2
 
 
+def test_with_nobody_watching_the_camera_runs_at_the_vision_rate(server_factory) -> None:
+    """Vision alone reads the camera at its own rate (idle CPU); a viewer brings the video rate back at once,
+    and leaving returns it to the vision rate. The rate aimed at is in ``GET /api/video``'s counters; frames
+    that only vision wants go to it as pictures, never JPEG-encoded."""
+    srv = vision_server(server_factory, video={"fps": 20}, vision={"rate_hz": 4.0})
+
+    def capture_fps() -> float:
+        return srv.get("/api/video")[1]["counters"]["capture_fps"]
+
+    wait_until(lambda: capture_fps() == 4.0, 10, "the vision rate with nobody watching")
+    counters = srv.get("/api/video")[1]["counters"]
+    wait_until(lambda: srv.get("/api/video")[1]["counters"]["raw_only"] > counters["raw_only"], 10,
+               "frames handed to vision without a JPEG")
+    assert srv.get("/api/video")[1]["counters"]["encoded"] == counters["encoded"]
+
+    async def watch() -> float:
+        async with aiohttp.ClientSession() as http, http.ws_connect(srv.ws_url + "/ws/video") as ws:
+            frames = 0
+            async with asyncio.timeout(20):
+                while frames < 3:  # frames arrive at the video rate's cadence, acked like a browser
+                    msg = await ws.receive()
+                    if msg.type == aiohttp.WSMsgType.BINARY:
+                        frames += 1
+                        n = int.from_bytes(msg.data[:4], "big")
+                        await ws.send_str(json.dumps({"type": "ack", "seq": json.loads(msg.data[4:4 + n])["seq"]}))
+            return capture_fps()
+
+    assert asyncio.run(watch()) == 20
+    wait_until(lambda: capture_fps() == 4.0, 10, "the vision rate again once the viewer left")
+    assert vision_fresh(srv)  # vision kept running all along
+
+
 # ---------------------------------------------------------------------- vision off
 def test_with_vision_off_the_routes_say_why(server: ServerProc) -> None:
     status, body = server.get("/api/vision")

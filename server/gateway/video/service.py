@@ -150,14 +150,16 @@ class VideoService:
         self._source_info: dict[str, Any] = {}
         self._seq = 0
         self._counters = {
-            "captured": 0, "encoded": 0, "skipped_rate": 0, "late": 0,
+            "captured": 0, "encoded": 0, "raw_only": 0, "skipped_rate": 0, "late": 0,
             "read_errors": 0, "open_errors": 0, "scaled": 0,
         }
         self._encode_ms = 0.0
         self._jpeg_bytes = 0
         self._capture_times: collections.deque[float] = collections.deque(maxlen=121)  # 2 s at 60 fps
         #: called in the capture thread with every encoded frame (must not block: e.g. a recorder's enqueue);
-        #: while there is one, frames are captured even with no viewer
+        #: while there is one, frames are captured even with no viewer. A listener with a ``max_fps``
+        #: attribute (see :class:`RateCappedListener`) needs no more than that: while only such listeners
+        #: want frames, the camera is read at the highest of their rates instead of ``fps``
         self.frame_listeners: list[Callable[[EncodedFrame], None]] = []
         self._demand = threading.Event()  # a viewer or a snapshot wants frames
         self._demand_until = 0.0
@@ -182,6 +184,7 @@ class VideoService:
         """Stop and join the capture thread (blocking: call it in a worker thread from async code)."""
         self._stop.set()
         self._kick.set()
+        self._demand.set()
         t, self._thread = self._thread, None
         if t is not None:
             t.join(timeout_s)
@@ -233,6 +236,8 @@ class VideoService:
             c["encode_ms"] = round(self._encode_ms, 3)
             c["jpeg_bytes"] = self._jpeg_bytes
             c["seq"] = self._seq
+            fps = self._settings["fps"]
+        c["capture_fps"] = self.capture_fps(fps) if self._wanted() else 0.0  # the rate aimed at now
         recent = [t for t in ts if t >= time.monotonic() - 2.0]  # a stalled camera reads 0, not its old rate
         n = len(recent)
         c["coalesced"] = self._coalesced
@@ -261,6 +266,15 @@ class VideoService:
     # ---------------------------------------------------------------- clients (event loop)
     def _wanted(self) -> bool:
         return bool(self._clients) or bool(self.frame_listeners) or time.monotonic() < self._demand_until
+
+    def capture_fps(self, fps: float) -> float:
+        """The rate to read the camera at: ``fps`` for a viewer or a snapshot, else what the listeners need."""
+        if self._clients or time.monotonic() < self._demand_until:
+            return fps
+        caps = [getattr(f, "max_fps", None) for f in self.frame_listeners]
+        if not caps or None in caps:
+            return fps
+        return min(fps, max(caps))
 
     def want_frames(self, for_s: float = 2.0) -> None:
         """Capture for at least ``for_s`` (a snapshot request with no viewer connected)."""
@@ -382,12 +396,15 @@ class VideoService:
                         source.close()
                         source = None
                         continue
-                period = 1.0 / s["fps"]
+                period = 1.0 / self.capture_fps(s["fps"])
                 self_paced = source.self_paced
                 if not self_paced:
                     delay = deadline - time.monotonic()
-                    if delay > 0 and self._stop.wait(delay):
+                    if delay > 0 and self._wait_for_frame(delay):
                         break
+                    if time.monotonic() < deadline - 1e-3:  # a viewer came: its rate from now on
+                        deadline = time.monotonic()
+                        continue
                 try:
                     frame, capture_t = source.read()
                 except Exception as err:  # noqa: BLE001 - any read failure: close, report, retry
@@ -424,6 +441,19 @@ class VideoService:
             if source is not None:
                 source.close()
 
+    def _wait_for_frame(self, delay: float) -> bool:
+        """Wait until the next frame is due; cut short when a viewer arrives (the rate may have gone up
+        from the listeners' cap). True when stopping."""
+        self._demand.clear()
+        end = time.monotonic() + delay
+        while not self._stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if self._demand.wait(left):
+                return self._stop.is_set()
+        return True
+
     def _open(self, s: dict) -> tuple[CameraSource | None, BaseException | None]:
         source = None
         try:
@@ -448,6 +478,20 @@ class VideoService:
         with self._lock:
             self._seq += 1
             seq = self._seq
+        listeners = self.frame_listeners
+        if (listeners and not self._clients and time.monotonic() >= self._demand_until
+                and all(getattr(f, "raw", None) for f in listeners)):
+            # only listeners that take the picture itself (vision) and nobody to show it to: no JPEG
+            # to encode here and decode again there
+            for listener in listeners:
+                try:
+                    listener.raw(frame, capture_t, seq)  # type: ignore[attr-defined]
+                except Exception:  # noqa: BLE001 - a listener's bug must not stop the camera
+                    log.exception("video frame listener failed")
+            with self._lock:
+                self._counters["raw_only"] += 1
+                self._capture_times.append(time.monotonic())
+            return
         f = encode_frame(frame, s["quality"], seq, capture_t)
         for listener in self.frame_listeners:  # capture thread: a recorder only enqueues
             try:
@@ -483,3 +527,20 @@ class VideoService:
         if self._kick.wait(delay):
             self._kick.clear()
         return False
+
+
+class RateCappedListener:
+    """A frame listener that needs at most ``max_fps`` frames a second (vision at its own rate): while it is
+    the only reason to capture, the camera is read that often, not at the video ``fps``. With ``raw``
+    (``raw(bgr, capture_t, seq)``), frames that nobody else wants are handed over as pictures, not JPEG."""
+
+    __slots__ = ("fn", "max_fps", "raw")
+
+    def __init__(self, fn: Callable[[EncodedFrame], None], max_fps: float,
+                 raw: Callable[[np.ndarray, float, int], None] | None = None) -> None:
+        self.fn = fn
+        self.max_fps = max_fps
+        self.raw = raw
+
+    def __call__(self, frame: EncodedFrame) -> None:
+        self.fn(frame)

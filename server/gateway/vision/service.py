@@ -35,6 +35,7 @@ from aiohttp import WSCloseCode, web
 
 from server.gateway.runtime_client import RuntimeClient
 from server.gateway.telemetry import dumps
+from server.gateway.video.service import RateCappedListener
 from server.gateway.vision.config import VisionConfig, markers_from_world
 from server.gateway.vision.pipeline import GAUGE_CHANNELS, VisionPipeline, VisionResult, camera_from_config
 from server.gateway.vision.worker import VisionWorker
@@ -110,7 +111,8 @@ class VisionService:
         self.declares = 0
         self._declared_for = -1  # the runtime connection the channels were declared on
         self._declare_error: str | None = None
-        self._listener: Callable[[Any], None] = self._offer
+        # the camera need not run faster than the pipeline while nobody watches the video
+        self._listener: Callable[[Any], None] = RateCappedListener(self._offer, config.rate_hz, raw=self._offer_raw)
         self._lock = threading.Lock()
         self._pending: VisionResult | None = None
         self._scheduled = False
@@ -198,6 +200,11 @@ class VisionService:
         if self.paused or self.worker is None:
             return
         self.worker.offer(frame)
+
+    def _offer_raw(self, frame_bgr: Any, capture_t: float, seq: int) -> None:
+        if self.paused or self.worker is None:
+            return
+        self.worker.offer_raw(frame_bgr, capture_t, seq)
 
     # ------------------------------------------------------------------ worker thread → event loop
     def _on_result(self, result: VisionResult) -> None:
