@@ -1,6 +1,7 @@
 """Issue 9's figures: the runtime process and the gateway, measured against their peers in one run.
 
-Run: ``.venv/bin/python bench/bench_core.py [--quick]`` (``make bench`` runs it).
+Run: ``.venv/bin/python bench/bench_core.py [--quick] [--only loop,fanout,api,idle]`` (``make bench`` runs
+it all).
 
 * control loop at 1 kHz (default profile, video on, one viewer acking every frame): deadlines met
   and lateness p99 over the whole run, from the runtime's own histogram (``loop_stats``); then
@@ -9,7 +10,8 @@ Run: ``.venv/bin/python bench/bench_core.py [--quick]`` (``make bench`` runs it)
   clients, side by side with a plain aiohttp broadcast server and a foxglove-sdk server sending a
   message of the snapshot's size at the same rate to the same client swarm;
 * gateway → runtime command latency: request round trips over the runtime API from a client
-  process like the gateway;
+  process like the gateway, and a setpoint's one-way time from sent to applied (the runtime's stamp on
+  the record it makes right after applying it);
 * link-loss stop with the gateway frozen (SIGSTOP), 1 kHz: how long after the timeout the runtime
   commanded the stop, read from its own event log;
 * idle CPU of the whole server (launcher, runtime, gateway, renderer) with video on and no client,
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
+import orjson
 
 from common import REPO, cpu_seconds, read_telemetry, start_server, summary_ms, video_viewer_proc, wait_until
 
@@ -306,14 +309,28 @@ def _rtt_proc(sock: str, n: int, out: mp.Queue) -> None:
         sys.path.insert(0, str(REPO))
         from server.gateway.runtime_client import RuntimeClient
 
-        rt = RuntimeClient(sock)
+        res = {"ping": [], "heartbeat": [], "setpoint": [], "setpoint applied (one way)": []}
+        want: list = []  # [linear, wall time sent] of the setpoint in flight
+
+        def on_snapshot(data: bytes) -> None:
+            # one way = the runtime's stamp on the record it made right after applying the setpoint (under
+            # the loop lock, before the reply) − the wall time the request left; both processes read the
+            # same system clock
+            if want:
+                snap = orjson.loads(data)
+                if snap.get("setpoint", {}).get("linear") == want[0] and snap["t"] >= want[1]:
+                    res["setpoint applied (one way)"].append(snap["t"] - want[1])
+                    want.clear()
+
+        rt = RuntimeClient(sock, on_snapshot=on_snapshot)
         rt.start()
         await rt.wait_connected(10)
-        res = {"ping": [], "heartbeat": [], "setpoint": []}
         await rt.request("start")
         for i in range(n):
             for method, params in (("ping", {}), ("heartbeat", {}),
                                    ("setpoint", {"setpoint": {"linear": 0.05 if i % 2 else 0.0, "angular": 0.0}})):
+                if method == "setpoint":
+                    want[:] = [params["setpoint"]["linear"], time.time()]
                 t0 = time.perf_counter()
                 await rt.request(method, params)
                 res[method].append(time.perf_counter() - t0)
@@ -333,7 +350,10 @@ def command_latency(n: int) -> None:
         p.start()
         res = q.get(timeout=120)
         for method, v in res.items():
-            print(f"  gateway → runtime → gateway, {method}: {summary_ms(v)}")
+            if "one way" in method:
+                print(f"  gateway → runtime, setpoint sent → applied (one way): {summary_ms(v)}")
+            else:
+                print(f"  gateway → runtime → gateway, {method}: {summary_ms(v)}")
         t0 = time.perf_counter()
         http = []
         for _ in range(n // 2):
@@ -418,18 +438,25 @@ def idle_cpu(seconds: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="loop,fanout,api,idle",
+                    help="comma-separated sections to run (default: all of loop,fanout,api,idle)")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     secs = 5 if args.quick else 20
-    print("== control loop at 1 kHz (runtime process)")
-    loop_1khz(secs, load=False)
-    loop_1khz(secs, load=True)
-    print("== telemetry fan-out, side by side")
-    fanout([1, 10, 50, 100], 5 if args.quick else 10)
-    print("== runtime API")
-    command_latency(200 if args.quick else 1000)
-    frozen_gateway(10 if args.quick else 30)
-    print("== idle")
-    idle_cpu(10 if args.quick else 20)
+    if "loop" in only:
+        print("== control loop at 1 kHz (runtime process)")
+        loop_1khz(secs, load=False)
+        loop_1khz(secs, load=True)
+    if "fanout" in only:
+        print("== telemetry fan-out, side by side")
+        fanout([1, 10, 50, 100], 5 if args.quick else 10)
+    if "api" in only:
+        print("== runtime API")
+        command_latency(200 if args.quick else 1000)
+        frozen_gateway(10 if args.quick else 30)
+    if "idle" in only:
+        print("== idle")
+        idle_cpu(10 if args.quick else 20)
 
 
 if __name__ == "__main__":
