@@ -183,12 +183,16 @@ class Dashboard:
 
 @pytest.fixture
 def open_dashboard(browser, wait_for):
-    """open_dashboard(server, viewport=DESKTOP, **context_options) -> Dashboard, connected."""
+    """open_dashboard(server, viewport=DESKTOP, setup=None, **context_options) -> Dashboard, connected;
+    ``setup(page)`` runs before the page loads."""
     opened: list[Dashboard] = []
 
-    def open_(server, viewport: dict | None = None, **context_options: Any) -> Dashboard:
+    def open_(server, viewport: dict | None = None, setup: Callable[[Any], None] | None = None,
+              **context_options: Any) -> Dashboard:
         context = browser.new_context(viewport=viewport or DESKTOP, **context_options)
         page = context.new_page()
+        if setup is not None:  # before the page loads: routes, init scripts
+            setup(page)
         dash = Dashboard(context, page, server, wait_for)
         opened.append(dash)
         page.goto(server.url + "/")

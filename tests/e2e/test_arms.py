@@ -130,6 +130,33 @@ def test_stewart_pose_panel_and_scheme(server_factory, open_dashboard) -> None:
     assert not dash.console_errors()
 
 
+def test_a_form_cannot_be_submitted_before_its_module_has_bound_it(server_factory, open_dashboard) -> None:
+    """CI once clicked Run while trajectory.js was still loading on a busy machine: the form submitted
+    natively, the page reloaded and no run started. The submit button is served disabled and enabled
+    only once the panel's module has taken the form over."""
+    srv = server_factory(LONG_LINK, config="config/stewart-sim.toml")
+    held: list = []
+    dash = open_dashboard(srv, setup=lambda page: page.route("**/static/js/trajectory.js",
+                                                                      lambda route: held.append(route)))
+    page = dash.page
+    while not held:  # the module's request, held back
+        page.wait_for_timeout(20)
+        assert page.evaluate("performance.now()") < 20000, "trajectory.js was never requested"
+    run = page.locator("#trajectory-run")
+    assert run.is_disabled()
+    url = page.url
+    page.focus("#trajectory-series")
+    page.keyboard.press("Enter")  # implicit submission: blocked while the submit button is disabled
+    run.click(force=True)
+    assert page.url == url
+    assert (srv.get("/api/trajectory")[1].get("run") or {}).get("phase") is None  # nothing was started
+    held[0].continue_()
+    page.wait_for_function("() => !document.querySelector('#trajectory-run').disabled")
+    page.wait_for_function("() => !document.querySelector('[data-until-loaded]')")  # every panel's, in turn
+    assert page.url == url
+    assert not dash.console_errors()
+
+
 def test_the_trajectory_runner_runs_a_series_and_shows_its_report(server_factory, open_dashboard) -> None:
     srv = server_factory({**LONG_LINK, "driver": {"time_scale": 4.0}}, config="config/stewart-sim.toml")
     dash = open_dashboard(srv)

@@ -200,7 +200,9 @@ loadVideo();
 // ---------------------------------------------------------------------- optional panels
 // <section data-panel-module="x.js" data-panel-factory="createX"> in a template partial:
 // the module is imported here and its panel joins the others (setState per frame, null
-// on disconnect). A missing or broken module leaves its section saying so.
+// on disconnect). A missing or broken module leaves its section saying so. A form's submit
+// button is served `disabled data-until-loaded`: clicked before its module had bound the
+// form, it would submit natively and reload the page (seen on a loaded machine).
 
 async function loadOptionalPanels() {
   for (const root of document.querySelectorAll("[data-panel-module]")) {
@@ -210,6 +212,10 @@ async function loadOptionalPanels() {
     try {
       const mod = await import(`./${file}`);
       const panel = mod[factory]({ root, robot: session.robot || robot, session, clockOffset: clockOffsetMs });
+      for (const b of root.querySelectorAll("[data-until-loaded]")) {
+        b.disabled = false;
+        b.removeAttribute("data-until-loaded");
+      }
       if (panel && typeof panel.setState === "function") {
         panels.push(panel);
         panel.setState(session.connected ? latest : null);
