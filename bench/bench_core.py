@@ -37,7 +37,7 @@ import aiohttp
 import numpy as np
 import orjson
 
-from common import REPO, cpu_seconds, read_telemetry, start_server, summary_ms, video_viewer_proc, wait_until
+from common import REPO, cpu_seconds, messages_until, read_telemetry, start_server, summary_ms, video_viewer_proc, wait_until
 
 RATE_HZ = 50.0
 
@@ -135,11 +135,7 @@ def _swarm(kind: str, url: str, n: int, seconds: float, out: mp.Queue) -> None:
 
     async def plain(session: aiohttp.ClientSession, stop_t: float) -> None:
         async with session.ws_connect(url) as ws:
-            while time.time() < stop_t:
-                try:
-                    msg = await asyncio.wait_for(ws.receive(), 2)
-                except asyncio.TimeoutError:
-                    continue
+            async for msg in messages_until(ws, stop_t):
                 if msg.type != aiohttp.WSMsgType.TEXT:
                     break
                 lat.append(time.time() - stamp(msg.data))
@@ -152,11 +148,7 @@ def _swarm(kind: str, url: str, n: int, seconds: float, out: mp.Queue) -> None:
                 if msg.get("op") == "advertise":
                     chan = msg["channels"][0]["id"]
             await ws.send_str(json.dumps({"op": "subscribe", "subscriptions": [{"id": 1, "channelId": chan}]}))
-            while time.time() < stop_t:
-                try:
-                    msg = await asyncio.wait_for(ws.receive(), 2)
-                except asyncio.TimeoutError:
-                    continue
+            async for msg in messages_until(ws, stop_t):
                 if msg.type == aiohttp.WSMsgType.BINARY and msg.data[0] == 0x01:
                     lat.append(time.time() - stamp(msg.data[13:]))
                 elif msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):

@@ -34,15 +34,20 @@ def start_server(overrides: dict | None = None) -> ServerProc:
     return ServerProc(path).start()
 
 
+async def messages_until(ws: aiohttp.ClientWebSocketResponse, stop_t: float):
+    """The socket's messages until the wall time ``stop_t`` (a quiet socket is polled every 2 s)."""
+    while time.time() < stop_t:
+        try:
+            yield await asyncio.wait_for(ws.receive(), 2)
+        except asyncio.TimeoutError:
+            continue
+
+
 async def read_telemetry(ws: aiohttp.ClientWebSocketResponse, stop_t: float, on_snapshot) -> None:
     """Read ``/ws/telemetry`` until ``stop_t``; ``on_snapshot(received_wall_t, latency_s)`` per snapshot, where
     the latency is the receive time − the snapshot's own ``"t"`` (a cheap parse: the client process must not be
     the bottleneck)."""
-    while time.time() < stop_t:
-        try:
-            msg = await asyncio.wait_for(ws.receive(), 2)
-        except asyncio.TimeoutError:
-            continue
+    async for msg in messages_until(ws, stop_t):
         if msg.type != aiohttp.WSMsgType.TEXT:
             break
         now = time.time()
@@ -58,11 +63,7 @@ def video_viewer_proc(url: str, seconds: float, out: mp.Queue) -> None:
         frames = 0
         stop_t = time.time() + seconds
         async with aiohttp.ClientSession() as s, s.ws_connect(url + "/ws/video") as ws:
-            while time.time() < stop_t:
-                try:
-                    msg = await asyncio.wait_for(ws.receive(), 2)
-                except asyncio.TimeoutError:
-                    continue
+            async for msg in messages_until(ws, stop_t):
                 if msg.type == aiohttp.WSMsgType.BINARY:
                     n = int.from_bytes(msg.data[:4], "big")
                     seq = json.loads(msg.data[4:4 + n])["seq"]

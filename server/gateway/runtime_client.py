@@ -83,7 +83,7 @@ class RuntimeClient:
             delay = 0.05
             try:
                 await self._session(transport, conn)
-            except (OSError, asyncio.IncompleteReadError, protocol.ProtocolError) as err:
+            except (OSError, protocol.ProtocolError) as err:
                 log.debug("runtime connection ended: %r", err)
             finally:
                 self._lost(transport)
@@ -97,7 +97,7 @@ class RuntimeClient:
         self.description = header.get("robot")
         self.runtime_pid = header.get("pid")
         self.shutting_down = False
-        conn.on_frame = self._on_frame  # from here every frame is handled as it arrives, in data_received
+        conn.deliver_to(self._on_frame)  # from here every frame is handled as it arrives, in data_received
         try:
             await self.request("subscribe", {"topics": ["snapshot", "event"]})
             snap = await self.request("state")
@@ -218,6 +218,12 @@ class _Connection(asyncio.Protocol):
                 self.on_frame(header, payload)
             else:
                 self._early.put_nowait((header, payload))
+
+    def deliver_to(self, on_frame: Callable[[dict[str, Any], bytes], None]) -> None:
+        """Hand every frame to ``on_frame`` from now on, those that came with the hello first."""
+        while not self._early.empty():
+            on_frame(*self._early.get_nowait())
+        self.on_frame = on_frame
 
     async def next_frame(self) -> tuple[dict[str, Any], bytes]:
         """The next frame before ``on_frame`` is set; raises when the connection ends first."""

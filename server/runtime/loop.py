@@ -145,6 +145,7 @@ class LoopStats:
     def _compute(self) -> dict[str, Any]:
         n = min(self.ticks, JITTER_WINDOW)
         window = self.jitter_us[:n] if n else np.zeros(1)
+        p50, p99, top = percentiles(window, (50, 99, 100))
         elapsed = time.monotonic() - self.started_t
         return {
             "rate_hz": self.rate_hz,
@@ -152,8 +153,9 @@ class LoopStats:
             "ticks": self.ticks,
             "missed": self.missed,
             "overruns": self.overruns,
-            **dict(zip(("jitter_p50_us", "jitter_p99_us", "jitter_max_us"),
-                       (round(v, 1) for v in percentiles(window, (50, 99, 100))))),
+            "jitter_p50_us": round(p50, 1),
+            "jitter_p99_us": round(p99, 1),
+            "jitter_max_us": round(top, 1),
             "exec_p99_us": round(percentiles(self.exec_us[:n] if n else np.zeros(1), (99,))[0], 1),
             "gc_collections": self.gc_collections,
             "realtime": self.realtime,

@@ -264,12 +264,16 @@ class VideoService:
         return json.dumps({"type": "status", "data": {**self.status(), "settings": self.runtime_settings()}})
 
     # ---------------------------------------------------------------- clients (event loop)
+    def _watched(self) -> bool:
+        """A viewer is connected or a snapshot was asked for: frames at ``fps``, JPEG-encoded."""
+        return bool(self._clients) or time.monotonic() < self._demand_until
+
     def _wanted(self) -> bool:
-        return bool(self._clients) or bool(self.frame_listeners) or time.monotonic() < self._demand_until
+        return self._watched() or bool(self.frame_listeners)
 
     def capture_fps(self, fps: float) -> float:
         """The rate to read the camera at: ``fps`` for a viewer or a snapshot, else what the listeners need."""
-        if self._clients or time.monotonic() < self._demand_until:
+        if self._watched():
             return fps
         caps = [getattr(f, "max_fps", None) for f in self.frame_listeners]
         if not caps or None in caps:
@@ -445,14 +449,8 @@ class VideoService:
         """Wait until the next frame is due; cut short when a viewer arrives (the rate may have gone up
         from the listeners' cap). True when stopping."""
         self._demand.clear()
-        end = time.monotonic() + delay
-        while not self._stop.is_set():
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            if self._demand.wait(left):
-                return self._stop.is_set()
-        return True
+        self._demand.wait(delay)  # stop() sets it too
+        return self._stop.is_set()
 
     def _open(self, s: dict) -> tuple[CameraSource | None, BaseException | None]:
         source = None
@@ -479,25 +477,23 @@ class VideoService:
             self._seq += 1
             seq = self._seq
         listeners = self.frame_listeners
-        if (listeners and not self._clients and time.monotonic() >= self._demand_until
-                and all(getattr(f, "raw", None) for f in listeners)):
-            # only listeners that take the picture itself (vision) and nobody to show it to: no JPEG
-            # to encode here and decode again there
-            for listener in listeners:
-                try:
+        # only listeners that take the picture itself (vision) and nobody to show it to: no JPEG to
+        # encode here and decode again there
+        raw_only = bool(listeners) and not self._watched() and all(getattr(f, "raw", None) for f in listeners)
+        f = None if raw_only else encode_frame(frame, s["quality"], seq, capture_t)
+        for listener in listeners:  # capture thread: a recorder only enqueues
+            try:
+                if f is None:
                     listener.raw(frame, capture_t, seq)  # type: ignore[attr-defined]
-                except Exception:  # noqa: BLE001 - a listener's bug must not stop the camera
-                    log.exception("video frame listener failed")
+                else:
+                    listener(f)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the camera
+                log.exception("video frame listener failed")
+        if f is None:
             with self._lock:
                 self._counters["raw_only"] += 1
                 self._capture_times.append(time.monotonic())
             return
-        f = encode_frame(frame, s["quality"], seq, capture_t)
-        for listener in self.frame_listeners:  # capture thread: a recorder only enqueues
-            try:
-                listener(f)
-            except Exception:  # noqa: BLE001 - a listener's bug must not stop the camera
-                log.exception("video frame listener failed")
         with self._lock:
             self._counters["encoded"] += 1
             self._encode_ms = f.encode_ms
