@@ -9,14 +9,17 @@ PROFILE ?= rover
 CONFIG ?= config/$(PROFILE)$(if $(findstring -,$(PROFILE)),,-sim).toml
 ARGS   ?=
 
-.PHONY: run test bench browser lint clean help emulate
+.PHONY: run test test-fast bench browser network-tools lint clean help emulate fleet
 
 help:
 	@echo "make run    - set up .venv and start the server on the simulator (http://127.0.0.1:8080)"
 	@echo "             PROFILE=scara | stewart | scara-faulhaber for an arm or a platform (default rover)"
-	@echo "make test   - set up .venv and Chromium, run every test and the layer contracts"
+	@echo "make test   - set up .venv, Chromium and the network tools, run every test and the layer contracts"
+	@echo "make test-fast - the unit tier only (in process: no server processes, no browser), and the contracts"
 	@echo "make bench  - run the benchmarks and print the figures"
-	@echo "make emulate - the server on an emulated Firmata board (EMULATOR=faulhaber_ascii: FAULHABER drives)"
+	@echo "make fleet  - a Zenoh router, a hub and N=3 simulated robots (two rovers, a SCARA); prints the hub's URL"
+	@echo "make emulate - the server on an emulated Firmata board (EMULATOR=faulhaber_ascii: FAULHABER drives;"
+	@echo "             EMULATOR=mavlink: an ArduPilot rover over MAVLink, EMULATOR_ARGS=\"--tcp 127.0.0.1:5760\" for TCP)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,12 +37,15 @@ EMULATOR ?= firmata
 EMULATOR_ARGS ?=
 EMULATOR_CONFIG_firmata := config/rover-firmata.toml
 EMULATOR_CONFIG_faulhaber_ascii := config/rover-faulhaber.toml
+EMULATOR_CONFIG_mavlink := config/rover-mavlink.toml
+# the emulator's module in sim/devices/ when it is not named as EMULATOR (a pty by default; --tcp/--udp-out/--udp-in)
+EMULATOR_MODULE_mavlink := mavlink_vehicle
 emulate: CONFIG = $(EMULATOR_CONFIG_$(EMULATOR))
 
 emulate: $(STAMP)
 	@test -n "$(CONFIG)" || { echo "make emulate: no profile for EMULATOR=$(EMULATOR); give CONFIG=..." >&2; exit 2; }
 	@out=$$(mktemp); \
-	$(BIN)/python -m sim.devices.$(EMULATOR) $(EMULATOR_ARGS) >$$out & emu=$$!; \
+	$(BIN)/python -m sim.devices.$(or $(EMULATOR_MODULE_$(EMULATOR)),$(EMULATOR)) $(EMULATOR_ARGS) >$$out & emu=$$!; \
 	trap 'kill $$emu 2>/dev/null; rm -f $$out' EXIT INT TERM; \
 	for i in $$(seq 100); do port=$$(sed -n 's/^.* emulator on \([^ ]*\) .*$$/\1/p' $$out); \
 		[ -n "$$port" ] && break; kill -0 $$emu 2>/dev/null || break; sleep 0.1; done; \
@@ -47,12 +53,26 @@ emulate: $(STAMP)
 	cat $$out; \
 	$(BIN)/python -m server --config $(CONFIG) --set driver.port=$$port $(ARGS)
 
+# `make fleet N=3`: router, hub and N robots on loopback (docs/fleet.md)
+N ?= 3
+fleet: $(STAMP)
+	$(BIN)/python -m server.hub.demo --robots $(N)
+
 browser:
 	@bash scripts/install-browser.sh
 
-test: $(STAMP) browser
+# ip/tc (iproute2) and nft (nftables) for the link emulator (linkemu/, docs/networks.md)
+network-tools:
+	@sh scripts/install-network-tools.sh
+
+test: $(STAMP) browser network-tools
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(ARGS)
+
+# the unit tier (tests/conftest.py gives every test a tier: unit, server, e2e): seconds, not the suite's minutes
+test-fast: $(STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -m unit -p no:cacheprovider $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py $(ARGS)

@@ -8,7 +8,9 @@ it all).
   the same with two CPU-bound processes and 50 telemetry clients;
 * telemetry latency (snapshot stamped in the runtime → client receives it) at 1, 10, 50 and 100
   clients, side by side with a plain aiohttp broadcast server and a foxglove-sdk server sending a
-  message of the snapshot's size at the same rate to the same client swarm;
+  message of the snapshot's size at the same rate to the same client swarm (the foxglove peer with
+  ``TCP_NODELAY``, as aiohttp has it: without it Nagle's algorithm made its p99 24–28 ms at every N,
+  see ``server.gateway.recording.live.set_listener_nodelay``);
 * gateway → runtime command latency: request round trips over the runtime API from a client
   process like the gateway, and a setpoint's one-way time from sent to applied (the runtime's stamp on
   the record it makes right after applying it);
@@ -37,7 +39,8 @@ import aiohttp
 import numpy as np
 import orjson
 
-from common import REPO, cpu_seconds, messages_until, read_telemetry, start_server, summary_ms, video_viewer_proc, wait_until
+from common import (REPO, cpu_seconds, read_foxglove, read_plain, read_telemetry, socket_path, start_peer, start_server,
+                    summary_ms, video_viewer_proc, wait_until)
 
 RATE_HZ = 50.0
 
@@ -60,13 +63,6 @@ def loop_figures(srv, before: dict | None = None) -> dict:
     met = 100.0 * h["ticks"] / max(1, h["ticks"] + h["missed"])
     return {"met": met, "missed": h["missed"], "ticks": h["ticks"], "p50": pct(0.5), "p99": pct(0.99),
             "p999": pct(0.999), "raw": h}
-
-
-def socket_path(srv) -> str:
-    for line in srv.output:
-        if "runtime API on " in line:
-            return line.split("runtime API on ", 1)[1].split(" ", 1)[0]
-    raise RuntimeError("no runtime socket in the launcher's output")
 
 
 def runtime_call(srv, method: str, params: dict | None = None) -> dict:
@@ -122,37 +118,15 @@ def _swarm(kind: str, url: str, n: int, seconds: float, out: mp.Queue) -> None:
     the message's own ``"t"`` (stamped where it was built)."""
     lat: list[float] = []
 
-    def stamp(text: str | bytes) -> float:
-        if isinstance(text, bytes):
-            text = text.decode()
-        i = text.find('"t":')
-        j = text.find(",", i + 4)
-        return float(text[i + 4:j])
-
     async def project(session: aiohttp.ClientSession, stop_t: float) -> None:
         async with session.ws_connect(url + "/ws/telemetry") as ws:
             await read_telemetry(ws, stop_t, lambda _now, latency: lat.append(latency))
 
     async def plain(session: aiohttp.ClientSession, stop_t: float) -> None:
-        async with session.ws_connect(url) as ws:
-            async for msg in messages_until(ws, stop_t):
-                if msg.type != aiohttp.WSMsgType.TEXT:
-                    break
-                lat.append(time.time() - stamp(msg.data))
+        await read_plain(session, url, stop_t, lat.append)
 
     async def foxglove(session: aiohttp.ClientSession, stop_t: float) -> None:
-        async with session.ws_connect(url, protocols=["foxglove.sdk.v1"]) as ws:
-            chan = None
-            while chan is None:
-                msg = json.loads((await asyncio.wait_for(ws.receive(), 10)).data)
-                if msg.get("op") == "advertise":
-                    chan = msg["channels"][0]["id"]
-            await ws.send_str(json.dumps({"op": "subscribe", "subscriptions": [{"id": 1, "channelId": chan}]}))
-            async for msg in messages_until(ws, stop_t):
-                if msg.type == aiohttp.WSMsgType.BINARY and msg.data[0] == 0x01:
-                    lat.append(time.time() - stamp(msg.data[13:]))
-                elif msg.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
-                    break
+        await read_foxglove(session, url, stop_t, lat.append)
 
     async def main() -> None:
         stop_t = time.time() + seconds
@@ -164,63 +138,6 @@ def _swarm(kind: str, url: str, n: int, seconds: float, out: mp.Queue) -> None:
     out.put(lat)
 
 
-def _aiohttp_peer(port_q: mp.Queue, message: str, rate_hz: float) -> None:
-    """A plain aiohttp broadcast server: every 1/rate s, the message (with a fresh "t") to every client."""
-    from aiohttp import web
-
-    clients: set = set()
-
-    async def ws_handler(request):
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        clients.add(ws)
-        try:
-            async for _ in ws:
-                pass
-        finally:
-            clients.discard(ws)
-        return ws
-
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_get("/", ws_handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port_q.put(site._server.sockets[0].getsockname()[1])
-        head, tail = message.split('"t":', 1)
-        tail = tail.split(",", 1)[1]
-        next_t = time.monotonic()
-        while True:
-            next_t += 1.0 / rate_hz
-            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
-            text = f'{head}"t":{time.time()!r},{tail}'
-            for ws in list(clients):
-                try:
-                    await ws.send_str(text)
-                except (ConnectionError, RuntimeError):
-                    clients.discard(ws)
-
-    asyncio.run(main())
-
-
-def _foxglove_peer(port_q: mp.Queue, message: str, rate_hz: float) -> None:
-    import foxglove
-
-    ctx = foxglove.Context()
-    channel = foxglove.Channel("/bench", message_encoding="json", context=ctx)
-    server = foxglove.start_server(name="bench", host="127.0.0.1", port=0, context=ctx)
-    port_q.put(server.port)
-    head, tail = message.split('"t":', 1)
-    tail = tail.split(",", 1)[1]
-    next_t = time.monotonic()
-    while True:
-        next_t += 1.0 / rate_hz
-        time.sleep(max(0.0, next_t - time.monotonic()))
-        channel.log(f'{head}"t":{time.time()!r},{tail}'.encode())
-
-
 def fanout(ns: list[int], seconds: float) -> None:
     srv = start_server({"telemetry": {"rate_hz": RATE_HZ}})
     try:
@@ -228,13 +145,7 @@ def fanout(ns: list[int], seconds: float) -> None:
         message = json.dumps(snap, separators=(",", ":"))
         message = '{"seq":1,"t":0.0,' + message.split(",", 2)[2]  # "t" second, like a snapshot
         print(f"  snapshot {len(message)} B at {RATE_HZ:.0f} Hz; latency = receive − build stamp (ms)")
-        peers = {}
-        for kind, target in (("aiohttp", _aiohttp_peer), ("foxglove", _foxglove_peer)):
-            q: mp.Queue = mp.Queue()
-            p = mp.Process(target=target, args=(q, message, RATE_HZ), daemon=True)
-            p.start()
-            port = q.get(timeout=30)
-            peers[kind] = (p, f"http://127.0.0.1:{port}/" if kind == "aiohttp" else f"http://127.0.0.1:{port}")
+        peers = {kind: start_peer(kind, message, RATE_HZ) for kind in ("aiohttp", "foxglove")}
         rows = []
         for n in ns:
             row = {}
@@ -299,7 +210,7 @@ def loop_1khz(seconds: float, load: bool) -> None:
 def _rtt_proc(sock: str, n: int, out: mp.Queue) -> None:
     async def main() -> dict:
         sys.path.insert(0, str(REPO))
-        from server.gateway.runtime_client import RuntimeClient
+        from server.runtime_api.client import RuntimeClient
 
         res = {"ping": [], "heartbeat": [], "setpoint": [], "setpoint applied (one way)": []}
         want: list = []  # [linear, wall time sent] of the setpoint in flight
@@ -315,16 +226,17 @@ def _rtt_proc(sock: str, n: int, out: mp.Queue) -> None:
                     want.clear()
 
         rt = RuntimeClient(sock, on_snapshot=on_snapshot)
+        rt.set_control("bench")  # this client drives: its heartbeats and setpoints keep the robot alive
         rt.start()
         await rt.wait_connected(10)
-        await rt.request("start")
+        await rt.request("start", principal="bench")
         for i in range(n):
             for method, params in (("ping", {}), ("heartbeat", {}),
                                    ("setpoint", {"setpoint": {"linear": 0.05 if i % 2 else 0.0, "angular": 0.0}})):
                 if method == "setpoint":
                     want[:] = [params["setpoint"]["linear"], time.time()]
                 t0 = time.perf_counter()
-                await rt.request(method, params)
+                await rt.request(method, params, principal="bench")
                 res[method].append(time.perf_counter() - t0)
             await asyncio.sleep(0.002)
         await rt.request("stop")

@@ -278,7 +278,7 @@ def bench_hooks(tmp: Path) -> None:
     from server.gateway.app import create_app
     from server.gateway.hooks import HOOKS, Hooks
     from server.gateway.recording.setup import RECORDER
-    from server.gateway.runtime_client import RuntimeClient
+    from server.runtime_api.client import RuntimeClient
 
     srv = start_server()
     try:

@@ -1,17 +1,22 @@
-"""Inertial and UWB sensing: cost per tick and accuracy (figures, never assertions).
+"""Inertial and UWB sensing: cost per tick and accuracy, beside seeds/002's figures (figures, never assertions).
 
-Run: ``.venv/bin/python bench/bench_sensing.py [--quick]``. Uses the default profile
-(config/rover-sim.toml) through the server's own builders, without the HTTP server:
+Run: ``.venv/bin/python bench/bench_sensing.py [--quick]``. Everything runs on the runtime's own robot
+(:class:`server.runtime.experiments.runner.OfflineRobot`: the real driver, estimation stages, supervisor,
+controller and behaviours, ticked back to back), without the HTTP server:
 
-1. the sim driver's ``read()`` with and without the IMU, magnetometer and UWB (the
-   control loop must hold 1 kHz: the read is its biggest share);
-2. the estimator stage (:class:`server.estimation.EstimationStage`) per tick at 1 kHz,
-   ticks with a new UWB measurement (trilateration) apart from the others;
-3. position error over a long drive round a 1 m circle over the 5° hump, fused
-   (odometry + UWB + IMU/magnetometer yaw) and UWB alone, beside seeds/002's figures;
-4. the heading command and the magnetometer calibration run in a loop that ticks like
-   the server's (read → estimator → behavior → ramped controller → write), against the
-   simulator's true heading.
+1. one control tick (read → estimate → behaviour → controller → write) with the IMU alone, with the
+   magnetometer and with UWB, and the sim driver's ``read()`` alone (the loop holds 100 Hz–1 kHz: the read and
+   the estimator are its biggest share);
+2. position error over a drive round a 1 m circle, fused (odometry + IMU + UWB) and UWB alone, on the
+   default profile (config/rover-sim.toml: a kind simulator) and on the field profile
+   (config/rover-field.toml: NLOS, multipath, heavy tails, outliers, slip), beside seeds/002's UWB figures;
+3. the seed experiments (:mod:`server.runtime.experiments`) on the field profile, ours beside the paper's:
+   ``heading_turns`` (encoder-only vs encoder + magnetometer, seeds/002 Table 3), ``deployment_line`` and
+   ``deployment_rectangle`` (UWB error per step against the true landing point, the fused estimate's, the
+   true landing error). ``--quick`` runs fewer targets, trials and steps.
+
+The "peer" of these figures is the paper's real rover (seeds/002 §3): the sim is fitted to it
+(docs/sensing.md, "Fitted parameters"), so the ratios say how close the fit is, not how good a robot is.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,214 +32,107 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import best_us  # noqa: E402
 
-from server.app import build_driver  # noqa: E402
-from server.config import DEFAULT_CONFIG, load_config  # noqa: E402
-from server.controller import Limits, RoverController  # noqa: E402
-from server.estimation import build_estimation  # noqa: E402
-from server.navigation import HeadingBehavior, MagCalibrationBehavior  # noqa: E402
+from server.config import REPO_ROOT  # noqa: E402
+from server.runtime.controllers.rover import RoverSetpoint  # noqa: E402
+from server.runtime.experiments import paper, run_offline  # noqa: E402
+from server.runtime.experiments.runner import OfflineRobot  # noqa: E402
 
-PAPER_MEAN_CM, PAPER_MAX_CM = 9.08, 23.0
-CLEAN_MAG = {"magnetometer": {"hard_iron_ut": [0.0, 0.0, 0.0], "soft_iron": [1.0, 1.0, 1.0]}}
-
-
-def setup(overrides: dict):
-    cfg = load_config(DEFAULT_CONFIG, overrides=overrides)
-    driver = build_driver(cfg)
-    driver.open()
-    driver.activate()
-    stage = build_estimation(cfg, [c.name for c in driver.channels()])
-    return cfg, driver, stage
+FIELD = REPO_ROOT / "config" / "rover-field.toml"
+OFF = {"magnetometer": {"enabled": False}, "uwb": {"enabled": False}}
 
 
-def bench_read(n: int) -> None:
-    print("SimDriver.read(0.001), sampling every read (1 kHz acquisition), best of 3")
-    base = {"rate_hz": 1000.0}
-    off = {"imu": {"enabled": False}, "magnetometer": {"enabled": False}, "uwb": {"enabled": False}}
+def bench_tick(n: int) -> None:
+    print(f"one control tick on the runtime's robot (OfflineRobot.tick: read → estimate → controller → write), "
+          f"best of 3 × {n}")
     cases = {
-        "no inertial/UWB sensors": {**off},
-        "+ IMU": {**off, "imu": {}},
-        "+ IMU + magnetometer": {**off, "imu": {}, "magnetometer": {}},
-        "+ IMU + magnetometer + UWB (profile)": {},
+        # the profile's tilt rule needs the IMU: it is the least a rover runs with
+        "IMU only": {"driver": {**OFF, "imu": {}}},
+        "+ IMU + magnetometer": {"driver": {**OFF, "imu": {}, "magnetometer": {}}},
+        "+ IMU + magnetometer + UWB (rover-sim)": {},
     }
-    for label, drv in cases.items():
-        cfg, driver, _ = setup({"loop": {"rate_hz": 1000}, "driver": {**base, **drv}})
-        driver.write({"wheel_left": 5.0, "wheel_right": 4.0})
-        print(f"  {label:40s} {best_us(lambda: driver.read(0.001), n):7.1f} µs")
+    for label, overrides in cases.items():
+        bot = OfflineRobot(overrides=overrides)
+        bot.start()
+        bot.loop.set_setpoint(RoverSetpoint(0.0, 0.5))  # in place: no wall to meet
+        tick = best_us(lambda: bot.tick(), n)
+        read = best_us(lambda: bot.driver.read(bot.dt_s), n)
+        print(f"  {label:42s} tick {tick:7.1f} µs   driver.read {read:7.1f} µs")
+    bot = OfflineRobot(FIELD)
+    bot.start()
+    bot.loop.set_setpoint(RoverSetpoint(0.0, 0.5))  # in place: no wall to meet
+    print(f"  {'field profile (every disturbance on)':42s} tick {best_us(lambda: bot.tick(), n):7.1f} µs   "
+          f"driver.read {best_us(lambda: bot.driver.read(bot.dt_s), n):7.1f} µs")
 
 
-def bench_stage(seconds: float) -> None:
-    cfg, driver, stage = setup({"loop": {"rate_hz": 1000}, "driver": {"rate_hz": 1000.0}})
-    driver.write({"wheel_left": 5.0, "wheel_right": 4.0})
-    plain, uwb, total = [], [], []
-    fixes = stage.fixes
-    for k in range(round(seconds / 0.001)):
-        t0 = time.perf_counter()
-        frame = driver.read(0.001)
-        t1 = time.perf_counter()
-        stage.process(frame.values, 0.001, k * 0.001)
-        t2 = time.perf_counter()
-        (uwb if stage.fixes != fixes else plain).append(t2 - t1)
-        fixes = stage.fixes
-        total.append(t2 - t0)
-
-    def fmt(v) -> str:
-        a = np.array(v) * 1e6
-        return f"median {np.median(a):6.1f}  p99 {np.percentile(a, 99):7.1f}  max {a.max():7.1f} µs  (n={len(a)})"
-
-    values = dict(frame.values)
-
-    def plain_tick() -> None:
-        stage.process(dict(values), 0.001, 0.0)
-
-    def uwb_tick() -> None:
-        stage._last_ranges = None  # as if the ranges were new: trilaterate and fuse
-        stage.process(dict(values), 0.001, 0.0)
-
-    print(f"EstimationStage.process, floor (best of 3 × 2000 calls on one frame): "
-          f"{best_us(plain_tick, 2000):.1f} µs per tick, {best_us(uwb_tick, 2000):.1f} µs with a UWB fix")
-    print(f"EstimationStage.process at 1 kHz, {seconds:.0f} s driving (UWB at 10 Hz)")
-    print(f"  tick without a UWB measurement  {fmt(plain)}")
-    print(f"  tick with one (trilateration)   {fmt(uwb)}")
-    print(f"  mean per tick                   {np.mean(np.array(plain + uwb)) * 1e6:6.1f} µs")
-    print(f"  read + stage per tick           {fmt(total)}")
-
-
-def circle(seconds: float, uwb: dict, odom_error: float, seed: int = 1) -> dict[str, np.ndarray]:
-    r_true = 0.05 * (1.0 + odom_error)
-    _, driver, stage = setup({"driver": {"seed": seed, "start_pose": [3.0, 1.0, 0.0], "rover": {"wheel_radius_m": r_true},
-                                         **CLEAN_MAG, "uwb": uwb}})
-    v, w, track = 0.3, 0.3, 0.30
-    driver.write({"wheel_left": (v - 0.5 * w * track) / r_true, "wheel_right": (v + 0.5 * w * track) / r_true})
+def circle(profile: Path | None, seconds: float, start: list[float]) -> dict[str, np.ndarray]:
+    bot = OfflineRobot(profile, overrides={"driver": {"start_pose": start}, "safety": {"command_timeout_s": 5.0}})
+    bot.tick(100)
+    bot.start()
     fused, alone = [], []
-    for k in range(round(seconds / 0.01)):
-        frame = driver.read(0.01)
-        stage.process(frame.values, 0.01, k * 0.01)
+    for k in range(round(seconds / bot.dt_s)):
+        bot.loop.set_setpoint(RoverSetpoint(0.3, 0.3))  # a 1 m circle
+        bot.tick()
         if k < 500:
             continue
-        t, val = frame.truth, frame.values
-        fused.append(math.hypot(val["est_x_m"] - t["x"], val["est_y_m"] - t["y"]))
-        if math.isfinite(val["uwb_x_m"]):
-            alone.append(math.hypot(val["uwb_x_m"] - t["x"], val["uwb_y_m"] - t["y"]))
+        t, v = bot.truth, bot.loop.snapshot()["values"]
+        if v.get("est_x_m") is not None and math.isfinite(v["est_x_m"]):
+            fused.append(math.hypot(v["est_x_m"] - t["x"], v["est_y_m"] - t["y"]))
+        if v.get("uwb_x_m") is not None and math.isfinite(v["uwb_x_m"]):
+            alone.append(math.hypot(v["uwb_x_m"] - t["x"], v["uwb_y_m"] - t["y"]))
     return {"fused": np.array(fused) * 100, "uwb": np.array(alone) * 100}
 
 
 def bench_position(seconds: float) -> None:
-    print(f"position error, {seconds:.0f} s round a 1 m circle at 0.3 m/s over the 5° hump (after 5 s)")
-    print(f"  {'':52s} {'mean':>7s} {'p95':>7s} {'max':>7s}")
-    print(f"  {'paper (seeds/002, real rover)':52s} {PAPER_MEAN_CM:5.2f}cm {'':7s} {PAPER_MAX_CM:5.2f}cm")
-    cases = {
-        "profile UWB (5 cm, 2 % NLOS, 1 % dropouts), odom +3 %": ({}, 0.03),
-        "5 cm noise only, odom exact": ({"nlos_probability": 0.0, "dropout_probability": 0.0}, 0.0),
-        "10 % NLOS (+0.3 m mean), odom +3 %": ({"nlos_probability": 0.1}, 0.03),
-    }
-    for label, (uwb, odom) in cases.items():
-        run = circle(seconds, uwb, odom)
+    print(f"position error, {seconds:.0f} s round a 1 m circle at 0.3 m/s (after 5 s), cm")
+    print(f"  {'':44s} {'mean':>7s} {'p95':>7s} {'max':>7s}  mean ÷ paper's")
+    print(f"  {'paper (seeds/002, real rover, UWB at each step)':44s} {paper.DEPLOYMENT_UWB_MEAN_CM:7.2f} {'':7s} "
+          f"{paper.DEPLOYMENT_UWB_MAX_CM:7.2f}")
+    for label, profile, start in (("rover-sim", None, [3.0, 1.0, 0.0]), ("rover-field", FIELD, [2.5, 3.0, 0.0])):
+        run = circle(profile, seconds, start)
         for kind in ("fused", "uwb"):
             e = run[kind]
-            name = f"{label} — {'fused' if kind == 'fused' else 'UWB alone'}"
-            print(f"  {name:52s} {e.mean():5.2f}cm {np.percentile(e, 95):5.2f}cm {e.max():5.2f}cm")
+            name = f"{label}: {'fused' if kind == 'fused' else 'UWB alone'}"
+            print(f"  {name:44s} {e.mean():7.2f} {np.percentile(e, 95):7.2f} {e.max():7.2f}  "
+                  f"{e.mean() / paper.DEPLOYMENT_UWB_MEAN_CM:6.2f}")
 
 
-class MiniLoop:
-    """The server's tick without the server: read → stage → behavior → controller → write."""
-
-    def __init__(self, overrides: dict) -> None:
-        self.cfg, self.driver, self.stage = setup(overrides)
-        self.controller = RoverController(Limits.from_config(self.cfg), self.cfg["robot"]["wheel_radius_m"],
-                                          self.cfg["robot"]["track_m"])
-        self.dt = 1.0 / self.cfg["loop"]["rate_hz"]
-        self.frame = None
-        self.t = 0.0
-        lim = self.cfg["limits"]
-        self.brake = 0.5 * min(lim["angular_accel_rad_s2"], lim["angular_decel_rad_s2"]) / self.stage.time_scale
-
-    def tick(self, behavior=None):
-        self.frame = self.driver.read(self.dt)
-        self.stage.process(self.frame.values, self.dt, self.t)
-        self.t += self.dt
-        sp = (0.0, 0.0)
-        done = False
-        if behavior is not None:
-            out = behavior.update(self.frame.values, self.dt, self.t)
-            done = out is None
-            sp = (0.0, 0.0) if out is None else out
-        self.driver.write(self.controller.update(self.dt, "track", *sp))
-        return done
-
-    def run(self, behavior, limit_s: float = 300.0) -> float:
-        t0 = self.t
-        while not self.tick(behavior):
-            if self.t - t0 > limit_s:
-                raise RuntimeError("behavior did not finish")
-        for _ in range(round(1.0 / self.dt)):  # let the wheels stop
-            self.tick()
-        return self.t - t0
-
-    def true_heading_error(self, target: float) -> float:
-        true = (90.0 - math.degrees(self.frame.truth["yaw"])) % 360.0
-        return (true - target + 180.0) % 360.0 - 180.0
-
-
-def bench_heading(seeds: list[int]) -> None:
-    print("heading command, 8 targets 45°…360° in turn, true heading after the stop (100 Hz loop, real time)")
-    for seed in seeds:
-        loop = MiniLoop({"driver": {"seed": seed, **CLEAN_MAG}})
-        for _ in range(100):
-            loop.tick()
-        errors, steps, times = [], [], []
-        for target in range(45, 361, 45):
-            b = HeadingBehavior(loop.stage, target, loop.cfg["heading"], loop.cfg["limits"]["angular_rad_s"], loop.brake)
-            times.append(loop.run(b))
-            assert b.outcome == "reached", b.outcome
-            errors.append(loop.true_heading_error(target))
-            steps.append(b.steps)
-        e = np.abs(errors)
-        print(f"  seed {seed}: |error| mean {e.mean():.2f}°, max {e.max():.2f}° "
-              f"(signed {', '.join(f'{v:+.2f}' for v in errors)}); steps {steps}; "
-              f"{np.mean(times):.1f} s per 45° command")
-
-
-def bench_magcal() -> None:
-    print("magnetometer calibration run (profile iron: hard [4, -2.5, 1.5] µT, soft [1.03, 0.97, 1])")
-    loop = MiniLoop({})
-    for _ in range(100):
-        loop.tick()
-    before = abs(loop.true_heading_error((loop.frame.values["heading_deg"])))
-    cal = loop.cfg["calibration"]
-    results = []
-    b = MagCalibrationBehavior(loop.stage, cal["mag_revolutions"], cal["mag_turn_rate_rad_s"], cal["mag_timeout_s"],
-                               loop.brake, results.append)
-    t0 = time.perf_counter()
-    duration = loop.run(b)
-    wall = time.perf_counter() - t0
-    r = results[0]
-    fit_t0 = time.perf_counter()
-    from server.navigation import fit_magnetometer
-    fit_magnetometer(b.samples)
-    fit_us = (time.perf_counter() - fit_t0) * 1e6
-    for _ in range(200):
-        loop.tick()
-    after = abs(loop.true_heading_error(loop.frame.values["heading_deg"]))
-    print(f"  {duration:.1f} s of turning, {r['samples']} samples, method {r['method']}, fit {fit_us:.0f} µs "
-          f"(in a worker thread, once; the rover holds still meanwhile)")
-    print(f"  offset {np.round(r['offset_ut'], 2).tolist()} µT, scale {np.round(r['scale'], 4).tolist()}, "
-          f"residual {r['residual_rms_ut']} µT")
-    print(f"  heading error before {before:.2f}°, after {after:.2f}°  ({wall:.1f} s wall)")
+def bench_experiments(quick: bool) -> None:
+    heading_params = {"targets_deg": [90.0, 180.0, 270.0, 360.0], "trials": 2} if quick else {}
+    r = run_offline("heading_turns", FIELD, params=heading_params)
+    print(f"heading_turns on the field profile ({r['status']['outcome']}; seeds/002 Table 3 beside it)")
+    print(f"  {'method':10s} {'ours mean°':>10s} {'paper':>7s} {'ratio':>6s}  {'ours var°²':>10s} {'paper':>7s}  "
+          f"{'≤ 5°':>8s}  disturbed")
+    for row in r["overall"]:
+        o, p = row["ours"], row["paper"]
+        ratio = o["mean_deviation_deg"] / p["mean_deviation_deg"]
+        print(f"  {row['method']:10s} {o['mean_deviation_deg']:10.2f} {p['mean_deviation_deg']:7.2f} {ratio:6.2f}  "
+              f"{o['mean_variance_deg2']:10.2f} {p['mean_variance_deg2']:7.2f}  "
+              f"{o['within_5_deg']:4d}/{row['trials']:<3d}  {o['compass_disturbed']}")
+    print()
+    print("deployments on the field profile: UWB fix per step against the true landing point, cm")
+    print(f"  {'':22s} {'UWB mean':>9s} {'UWB max':>8s} {'fused mean':>11s} {'fused max':>10s} {'steps':>6s}  "
+          f"UWB mean ÷ paper's")
+    print(f"  {'paper (both, real)':22s} {paper.DEPLOYMENT_UWB_MEAN_CM:9.2f} {paper.DEPLOYMENT_UWB_MAX_CM:8.2f}")
+    for name, params in (("deployment_line", {"trials": 1, "steps": 4} if quick else {}),
+                         ("deployment_rectangle", {"steps": 8} if quick else {})):
+        r = run_offline(name, FIELD, params=params)
+        o = r["summary"]["ours"]
+        landing = [row["arrival_error_cm"] for row in r["rows"] if row.get("arrival_error_cm") is not None]
+        print(f"  {name:22s} {o['uwb_mean_cm']:9.2f} {o['uwb_max_cm']:8.2f} {o['fused_mean_cm']:11.2f} "
+              f"{o['fused_max_cm']:10.2f} {o['steps']:6d}  {o['uwb_mean_cm'] / paper.DEPLOYMENT_UWB_MEAN_CM:6.2f}"
+              f"   (true landing error mean {np.mean(landing) if landing else float('nan'):.2f} cm; "
+              f"{r['status']['outcome']})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter runs")
     args = parser.parse_args()
-    bench_read(1000 if args.quick else 5000)
-    print()
-    bench_stage(5.0 if args.quick else 30.0)
+    bench_tick(500 if args.quick else 2000)
     print()
     bench_position(60.0 if args.quick else 300.0)
     print()
-    bench_heading([1] if args.quick else [1, 2, 3])
-    print()
-    bench_magcal()
+    bench_experiments(args.quick)
 
 
 if __name__ == "__main__":

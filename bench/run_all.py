@@ -1,4 +1,8 @@
-"""Run every benchmark in bench/ and print their figures. ``--quick`` shortens each run."""
+"""Run every benchmark in bench/ and print their figures. ``--quick`` shortens each run.
+
+``bench_link.py`` needs root, iproute2, nftables and ``/dev/net/tun`` (the link emulator); where they are
+missing it prints ``bench_link: skipped: …`` with the reasons and exits 0, as the tests skip.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["bench_core.py", "bench_server.py", "bench_sim.py", "bench_estimation.py", "bench_video.py", "bench_dashboard.py"]
+#: benches that take every argument run_all gets (--quick, --only …), and those that take --quick alone
+TAKE_ARGS = {"bench_server.py", "bench_core.py", "bench_attack.py", "bench_webrtc.py", "bench_mavlink.py"}
+TAKE_QUICK = {"bench_reports.py", "bench_fleet.py", "bench_link.py"}
+ORDER = ["bench_core.py", "bench_server.py", "bench_attack.py", "bench_sim.py", "bench_estimation.py", "bench_video.py", "bench_webrtc.py", "bench_link.py",
+         "bench_dashboard.py"]
 
 
 def main() -> int:
@@ -19,7 +27,8 @@ def main() -> int:
     for script in scripts:
         print(f"\n######## {script.name}", flush=True)
         t0 = time.time()
-        extra = args if script.name in ("bench_server.py", "bench_core.py") else []
+        extra = args if script.name in TAKE_ARGS else [a for a in args if a == "--quick"] \
+            if script.name in TAKE_QUICK else []
         rc = subprocess.call([sys.executable, str(script), *extra], cwd=HERE)
         print(f"######## {script.name}: exit {rc} in {time.time() - t0:.0f} s", flush=True)
         if rc:

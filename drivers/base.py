@@ -26,6 +26,24 @@ thread only.
 Channels are described as data (:class:`ChannelSpec`), values are SI unless a
 channel's ``unit`` says otherwise, and every value carries the host time it was
 sampled, so the safety supervisor can tell a fresh reading from a held one.
+
+**Optional capabilities are declared**, never probed: :attr:`Driver.capabilities` lists the
+:class:`Capability` values a driver has, and the base class has a method for each that a
+driver with the capability overrides —
+
+* :attr:`Capability.RECONNECT`: :meth:`Driver.reconnect` reopens the device after a fault
+  (it blocks: the runtime calls it in a worker thread, :mod:`server.runtime.reconnect`);
+* :attr:`Capability.SLOW_ACTIVATE`: :meth:`Driver.activate` waits for the device (a drive
+  enabled by requests that each await an answer), so the runtime calls it in a worker, off the tick;
+* :attr:`Capability.PROGRAMS`: :meth:`Driver.program_generator` turns a joint motion into the
+  program its drives run (:class:`ProgramGenerator`), each joint on the drive that moves it;
+* :attr:`Capability.BODY_TWIST`: the driver takes the body twist itself — actuators ``linear_m_s``
+  (body x, forward) and ``angular_rad_s`` (about body z, counter-clockwise) — and the vehicle mixes
+  its wheels and estimates its own pose (an autopilot); the controller registry gives such a driver
+  the twist controller (:mod:`server.runtime.controllers.twist`) instead of the wheel mixer.
+
+A device with a voice of its own (an autopilot's STATUSTEXT, its mode changes) hands its events to
+the loop's log through :meth:`Driver.take_events` (default: none).
 """
 
 from __future__ import annotations
@@ -37,7 +55,7 @@ import math
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
 from drivers.errors import AcquisitionError, DriverCommandError, DriverOpenError, DriverStateError
 
@@ -50,6 +68,51 @@ class DriverState(str, enum.Enum):
     CLOSED = "closed"  # not connected
     INACTIVE = "inactive"  # connected, readable, outputs held safe
     ACTIVE = "active"  # may move: writes reach the device
+
+
+class Capability(str, enum.Enum):
+    """An optional capability a driver declares (:attr:`Driver.capabilities`); see the module docstring."""
+
+    RECONNECT = "reconnect"
+    SLOW_ACTIVATE = "slow_activate"
+    PROGRAMS = "programs"
+    BODY_TWIST = "body_twist"
+
+
+#: the actuators of a :attr:`Capability.BODY_TWIST` driver: forward speed, m/s, and yaw rate, rad/s (REP-103)
+TWIST_ACTUATORS = ("linear_m_s", "angular_rad_s")
+
+
+@dataclass(frozen=True)
+class JointLimits:
+    """A joint a motion program moves, and the limits the program must keep (SI: rad, rad/s, rad/s²)."""
+
+    name: str
+    min_rad: float
+    max_rad: float
+    max_speed_rad_s: float
+    max_accel_rad_s2: float
+
+
+@dataclass(frozen=True)
+class MotionProgram:
+    """A generated program: its text (one command a line), the number of lines, and per joint (in the order
+    asked) what drives it: ``node``, ``counts_per_rev``, ``gear_ratio``, ``max_speed_rad_s``, ``max_accel_rad_s2``
+    and ``from_driver`` (the driver's own drive, or a default one of the joint's limits)."""
+
+    text: str
+    lines: int
+    axes: tuple[dict[str, Any], ...]
+
+
+class ProgramGenerator(abc.ABC):
+    """Turns a joint motion into a program for the drives (:attr:`Capability.PROGRAMS`)."""
+
+    @abc.abstractmethod
+    def generate(self, waypoints: Sequence[tuple[float, Mapping[str, float]]],
+                 joints: Sequence[JointLimits]) -> MotionProgram:
+        """``waypoints``: (t_s, joint name → target rad), the first at the motion's start. Raises
+        :class:`drivers.errors.ProgramGenerationError` naming the segment and joint that do not fit."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +187,8 @@ class Driver(abc.ABC):
     #: longest step one read covers; estimators integrate on the driver's clock
     time_scale: float = 1.0
     max_read_dt_s: float = math.inf
+    #: the optional capabilities it has (module docstring); the base methods of the others refuse
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
 
     def __init__(self) -> None:
         self._state = DriverState.CLOSED
@@ -311,9 +376,31 @@ class Driver(abc.ABC):
         """A camera bound to this driver (the simulator renders one); ``None`` if it has none."""
         return None
 
+    def take_events(self) -> list[tuple[str, str, str, dict[str, Any]]]:
+        """The device's own events since the last call — (trigger, message, kind, values): an autopilot's
+        STATUSTEXT, its mode or arming changes — which the control loop logs after each read (its thread,
+        under its lock). Default: none."""
+        return []
+
     def debug(self, command: Mapping[str, Any]) -> dict[str, Any]:
         """Test hooks (fault injection); only reachable when the config enables debug routes."""
         raise NotImplementedError(f"driver {self.name!r} has no debug hooks")
 
+    # declared capabilities -----------------------------------------------
+    def has(self, capability: Capability) -> bool:
+        """Whether the driver declares ``capability``."""
+        return capability in self.capabilities
 
-__all__ = ["Acquisition", "ChannelSpec", "Driver", "DriverOpenError", "DriverState", "Frame", "WIDGETS"]
+    def reconnect(self, timeout_s: float | None = None, stop: threading.Event | None = None) -> int:
+        """Close and reopen the device after a fault (:attr:`Capability.RECONNECT`), to ``inactive``; blocks,
+        retrying up to ``timeout_s`` or until ``stop`` is set; returns the attempts made. Raises
+        :class:`DriverError` when the device does not come back."""
+        raise DriverStateError(f"driver {self.name!r} cannot reconnect")
+
+    def program_generator(self) -> ProgramGenerator | None:
+        """The generator of programs for this driver's drives (:attr:`Capability.PROGRAMS`); ``None`` without."""
+        return None
+
+
+__all__ = ["Acquisition", "Capability", "ChannelSpec", "Driver", "DriverOpenError", "DriverState", "Frame", "JointLimits",
+           "MotionProgram", "ProgramGenerator", "TWIST_ACTUATORS", "WIDGETS"]

@@ -40,3 +40,7 @@ class DriverConfigError(DriverError, ValueError):
 
 class AcquisitionError(DriverError, ValueError):
     """Acquisition settings the device cannot honour (the message names the setting)."""
+
+
+class ProgramGenerationError(DriverError, ValueError):
+    """A joint motion that cannot become a program for the drives (the message names the segment and joint)."""

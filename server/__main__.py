@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 SUBCOMMANDS = {
     "users": "server.gateway.auth.cli:main",
     "replay": "server.gateway.replay:main",
+    "router": "server.hub.router:main",
+    "hub": "server.hub.app:main",
+    "fleet-certs": "server.hub.certs:main",
 }
 
 

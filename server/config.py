@@ -24,42 +24,53 @@ from __future__ import annotations
 
 import copy
 import importlib
-import math
+import logging
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable, Mapping
 
 import msgspec
+
+from drivers.tables import explain, non_finite_path
+
+log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "config" / "rover-sim.toml"
 
 #: table name → the struct that owns it (imported only when a process loads that table)
 TABLES: dict[str, str] = {
-    "robot": "server.runtime.robot:RobotConfig",
+    "robot": "server.runtime.controllers.registry:RobotTable",
     "loop": "server.runtime.loop:LoopConfig",
-    "limits": "server.runtime.controllers.rover:Limits",
+    "limits": "server.runtime.controllers.registry:LimitsTable",
     "safety": "server.runtime.supervisor:SafetyConfig",
-    "uwb": "server.runtime.estimation:UwbConfig",
-    "estimation": "server.runtime.estimation:EstimationConfig",
+    "uwb": "server.runtime.estimation.config:UwbConfig",
+    "estimation": "server.runtime.estimation.config:EstimationConfig",
     "heading": "server.runtime.behaviours.heading:HeadingConfig",
+    "mission": "server.runtime.behaviours.mission:MissionConfig",
     "calibration": "server.runtime.calibration:CalibrationConfig",
     "telemetry": "server.settings:TelemetryConfig",
     "server": "server.settings:ServerConfig",
     "debug": "server.settings:DebugConfig",
     "video": "server.gateway.video.settings:VideoConfig",
+    "webrtc": "server.gateway.webrtc.config:WebRtcConfig",
     "recording": "server.gateway.recording.config:RecordingConfig",
     "observability": "server.gateway.observability.config:ObservabilityConfig",
     "auth": "server.gateway.auth.config:AuthConfig",
     "vision": "server.gateway.vision.config:VisionConfig",
+    "fleet": "server.gateway.fleet.config:FleetConfig",
+    "hub": "server.hub.config:HubConfig",
 }
 #: plain tables the driver validates itself
 RAW_TABLES = ("driver", "sim")
 
-RUNTIME_TABLES = ("robot", "loop", "limits", "safety", "uwb", "estimation", "heading", "calibration",
+RUNTIME_TABLES = ("robot", "loop", "limits", "safety", "uwb", "estimation", "heading", "mission", "calibration",
                   "telemetry", "server", "debug")
-GATEWAY_TABLES = ("telemetry", "server", "debug", "video", "recording", "observability", "auth", "vision")
+GATEWAY_TABLES = ("telemetry", "server", "debug", "video", "webrtc", "recording", "observability", "auth", "vision",
+                  "fleet")
+#: the hub's process (python -m server hub): its own users and sessions, where it listens, the fleet
+HUB_TABLES = ("server", "auth", "observability", "hub")
 
 
 class ConfigError(ValueError):
@@ -68,7 +79,37 @@ class ConfigError(ValueError):
 
 class Table(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Base of every config table: unknown keys refused, every key named (``__post_init__`` may
-    normalise: degrees to radians, defaults that depend on other keys)."""
+    normalise: degrees to radians, defaults that depend on other keys).
+
+    ``deprecated`` maps a key the table no longer has to its new name, or to ``None`` when it has no
+    effect any more: such a key still loads (moved to its new name, or dropped) with a warning that
+    names it, so an old profile keeps working. ``check_profile`` is the table's cross-table check
+    (a rule needs the loop's rate, …), run once every table is loaded; a ``ValueError`` stops start-up."""
+
+    deprecated: ClassVar[Mapping[str, str | None]] = {}
+
+    def check_profile(self, profile: "Profile") -> None:
+        """Checks against the other tables; raise ``ValueError`` naming the key."""
+
+
+class ProfileTable:
+    """A table whose struct depends on the profile (``[robot]`` and ``[limits]`` are the controller's):
+    :meth:`struct_for` picks it from the raw config; :meth:`structs` lists every possible one (docs)."""
+
+    @classmethod
+    def struct_for(cls, raw: Mapping[str, Any]) -> type:
+        """The struct of this table for the raw config ``raw``; ``ValueError`` naming the key that decides it."""
+        raise NotImplementedError
+
+    @classmethod
+    def structs(cls) -> tuple[type, ...]:
+        raise NotImplementedError
+
+
+def table_structs(name: str) -> tuple[type, ...]:
+    """Every struct table ``name`` may load as (one, but a :class:`ProfileTable`'s are many)."""
+    cls = table_class(name)
+    return cls.structs() if isinstance(cls, type) and issubclass(cls, ProfileTable) else (cls,)
 
 
 class Profile:
@@ -102,40 +143,53 @@ def table_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-_AT = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
-_UNKNOWN = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
-_MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
-
-
-def _key(table: str, path: str) -> str:
-    """``$.rules[0].when`` within table ``safety`` → ``safety.rules[0].when``."""
-    return table + path.replace("$", "", 1) if path else table
-
-
 def _explain(table: str, err: msgspec.ValidationError, where: str) -> ConfigError:
-    m = _AT.match(str(err))
-    msg, path = m.group("msg"), m.group("path") or ""
-    key = _key(table, path)
-    if u := _UNKNOWN.match(msg):
-        return ConfigError(f"{where}: unknown key '{key}.{u.group('field')}'")
-    if u := _MISSING.match(msg):
-        return ConfigError(f"{where}: missing key '{key}.{u.group('field')}'")
-    msg = msg.replace("`", "")
+    """msgspec's error (:func:`drivers.tables.explain`) in the words of a config file: the quoted dotted key."""
+    e = explain(err)
+    key = table + e.path
+    if e.kind == "unknown_field":
+        return ConfigError(f"{where}: unknown key '{key}.{e.field}'")
+    if e.kind == "missing_field":
+        return ConfigError(f"{where}: missing key '{key}.{e.field}'")
+    msg = e.detail
     if msg.startswith("Expected object"):
         return ConfigError(f"{where}: '{key}' must be a table ({msg.lower()})")
     return ConfigError(f"{where}: '{key}' {msg[0].lower()}{msg[1:]}")
 
 
+def _undeprecate(name: str, value: dict[str, Any], cls: type, where: str) -> dict[str, Any]:
+    """``value`` with the struct's deprecated keys moved to their new names (or dropped), each named in a warning."""
+    old = [k for k in cls.deprecated if k in value] if issubclass(cls, Table) else []
+    if not old:
+        return value
+    value = dict(value)
+    for key in old:
+        new = cls.deprecated[key]
+        v = value.pop(key)
+        if new is None:
+            log.warning("%s: '%s.%s' has no effect on this profile and is ignored; remove it (a later version "
+                        "will refuse it)", where, name, key)
+        elif new in value:
+            raise ConfigError(f"{where}: '{name}.{key}' is the old name of '{name}.{new}': give only '{name}.{new}'")
+        else:
+            log.warning("%s: '%s.%s' is deprecated: it is now '%s.%s'", where, name, key, name, new)
+            value[new] = v
+    return value
+
+
 def _check_finite(obj: Any, key: str, where: str) -> None:
     """msgspec has no "finite" constraint: refuse NaN and infinities anywhere in a table."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ConfigError(f"{where}: '{key}' must be finite (got {obj!r})")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_finite(v, f"{key}.{k}", where)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _check_finite(v, f"{key}[{i}]", where)
+    bad = non_finite_path(obj)
+    if bad is not None:
+        value = _at(obj, bad)
+        raise ConfigError(f"{where}: '{key}{bad}' must be finite (got {value!r})")
+
+
+def _at(obj: Any, path: str) -> Any:
+    """The value at a :func:`drivers.tables.non_finite_path` path."""
+    for name, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", path):
+        obj = obj[name] if name else obj[int(index)]
+    return obj
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -205,24 +259,27 @@ def load_config(path: str | Path | None, overrides: dict | None = None,
             raise ConfigError(f"{where}: '{name}' must be a table")
         _check_finite(value, name, where)
         cls = table_class(name)
-        hook = getattr(cls, "prepare", None)  # a table may fill defaults from the raw value first
-        if hook is not None:
-            value = hook(value)
+        if isinstance(cls, type) and issubclass(cls, ProfileTable):
+            try:
+                cls = cls.struct_for(raw)
+            except ValueError as err:
+                raise ConfigError(f"{where}: {err}") from None
+        value = _undeprecate(name, value, cls, where)
         try:
-            loaded[name] = msgspec.convert(value, getattr(cls, "struct_type", cls))
+            loaded[name] = msgspec.convert(value, cls)
         except msgspec.ValidationError as err:
             raise _explain(name, err, where) from None
     profile = Profile(loaded, {k: copy.deepcopy(raw.get(k, {})) for k in RAW_TABLES}, where, p)
     profile.driver.setdefault("name", "sim")
     for name, table in loaded.items():  # cross-table checks (a rule needs the loop's rate, …)
-        check = getattr(table, "check_profile", None)
-        if check is not None:
-            try:
-                check(profile)
-            except ValueError as err:
-                raise ConfigError(f"{where}: {err}") from None
+        if not isinstance(table, Table):
+            continue  # a plain msgspec Struct table (recording, observability) has none
+        try:
+            table.check_profile(profile)
+        except ValueError as err:
+            raise ConfigError(f"{where}: {err}") from None
     return profile
 
 
-__all__ = ["ConfigError", "DEFAULT_CONFIG", "GATEWAY_TABLES", "Profile", "REPO_ROOT", "RUNTIME_TABLES", "TABLES",
-           "Table", "load_config", "parse_overrides"]
+__all__ = ["ConfigError", "DEFAULT_CONFIG", "GATEWAY_TABLES", "Profile", "ProfileTable", "REPO_ROOT", "RUNTIME_TABLES",
+           "TABLES", "Table", "load_config", "parse_overrides", "table_structs"]

@@ -13,7 +13,10 @@ Examples::
 
 Remember the link rule: while running, the robot stops by itself unless a command or a
 ``heartbeat`` arrives every ``safety.command_timeout_s`` (``keepalive`` in the interactive
-console sends one every 0.2 s).
+console sends one every 0.2 s) from **the holder of control**. The console holds it only once it
+takes it explicitly: ``control`` in the interactive console, ``--control`` before ``call``. It takes
+it from the gateway's operator (whose commands then keep nothing alive) until the console quits;
+the gateway gets it back then.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from server import protocol
+from server.runtime_api import protocol
 
 
 class Console:
@@ -42,6 +45,7 @@ class Console:
         self.replies: dict[int, dict[str, Any]] = {}
         self.cond = threading.Condition()
         self.on_notify = lambda header, payload: None
+        self.principal: str | None = None  # set by take_control: the requests' principal
         header, _ = protocol.read_frame_sync(self.sock)
         if header.get("type") != "hello" or header.get("protocol") != protocol.PROTOCOL:
             raise ConnectionError(f"not a teleop runtime: {header}")
@@ -70,7 +74,10 @@ class Console:
     def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """The result, or raises ``RuntimeError`` with the runtime's error."""
         req_id = next(self.ids)
-        self.sock.sendall(protocol.encode({"type": "request", "id": req_id, "method": method, "params": params or {}}))
+        header = {"type": "request", "id": req_id, "method": method, "params": params or {}}
+        if self.principal is not None:
+            header["principal"] = self.principal
+        self.sock.sendall(protocol.encode(header))
         deadline = time.monotonic() + self.timeout_s
         with self.cond:
             while req_id not in self.replies:
@@ -86,7 +93,20 @@ class Console:
             raise RuntimeError(f"{err.get('status')} {err.get('code')}: {err.get('message')}")
         return reply["result"]
 
+    def take_control(self, principal: str = "console") -> dict[str, Any]:
+        """Hold control (the robot's link-loss watchdog counts this console's commands) until this connection
+        closes or someone else takes it."""
+        result = self.call("control", {"principal": principal})
+        self.principal = principal
+        return result
+
     def close(self) -> None:
+        """End the connection now (a plain ``close`` waits for the reader thread's ``recv``: the runtime would
+        not see the end, nor give control back, until this process exits)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
 
@@ -107,6 +127,7 @@ HELP = """commands:
   state | events [N] | describe | acquisition
   start | stop | estop [reason] | reset | heartbeat
   speed LINEAR ANGULAR [TTL]     (rover setpoint, m/s and rad/s)
+  control                        (take control: only the holder's commands keep the robot alive)
   keepalive on|off               (a heartbeat every 0.2 s)
   watch on|off                   (print snapshots and events as they come)
   call METHOD [JSON-PARAMS]      (any runtime API method)
@@ -152,6 +173,8 @@ def interactive(console: Console) -> int:
                 print(HELP)
             elif cmd == "watch":
                 watching["on"] = args[:1] != ["off"]
+            elif cmd == "control":
+                print(console.take_control(args[0] if args else "console"))
             elif cmd == "keepalive":
                 keepalive["on"] = args[:1] != ["off"]
             elif cmd == "speed":
@@ -186,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="the profile to read the socket path from")
     sub = p.add_subparsers(dest="mode")
     c = sub.add_parser("call", help="one request; prints the result as JSON")
+    c.add_argument("--control", action="store_true", help="take control first (for start, setpoint, heartbeat)")
     c.add_argument("method")
     c.add_argument("params", nargs="?", default="{}", help="JSON object")
     w = sub.add_parser("watch", help="print snapshots (one line each) and events")
@@ -206,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.mode == "call":
             try:
+                if args.control:
+                    console.take_control()
                 print(json.dumps(console.call(args.method, json.loads(args.params)), indent=1))
             except RuntimeError as err:
                 print(err, file=sys.stderr)

@@ -4,12 +4,16 @@
 Every error response is ``{"error": {"code": str, "message": str}}`` with a 4xx;
 websocket errors carry the same object in ``{"type": "error", "error": {...}}``; the
 runtime API carries it in a response's ``error`` field with the status, so an error
-raised in the runtime reaches the browser unchanged.
+raised in the runtime reaches the browser unchanged. What no check caught is answered
+500 ``internal`` on both sides, its traceback logged through a :class:`TracebackLimiter`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import math
+import time
+from typing import Any, Callable
 
 
 class ApiError(Exception):
@@ -75,3 +79,28 @@ class RuntimeDownError(ApiError):
 
     status = 503
     code = "runtime_down"
+
+
+class TracebackLimiter:
+    """Log the exception being handled with its traceback, at most ``burst`` times per ``period_s`` and then
+    one line saying how many were left out: a client that repeats a failing request does not fill the disk.
+    """
+
+    def __init__(self, logger: logging.Logger, burst: int = 5, period_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger, self.burst, self.period_s, self.clock = logger, burst, period_s, clock
+        self._window_t = -math.inf
+        self._count = 0
+        self.suppressed = 0
+
+    def log(self, msg: str, *args: Any) -> None:
+        now = self.clock()
+        if now - self._window_t >= self.period_s:
+            if self.suppressed:
+                self.logger.error("%d more failure(s) not logged in the last %.0f s", self.suppressed, self.period_s)
+            self._window_t, self._count, self.suppressed = now, 0, 0
+        if self._count < self.burst:
+            self._count += 1
+            self.logger.error(msg, *args, exc_info=True)
+        else:
+            self.suppressed += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import sys
 
@@ -24,3 +25,29 @@ def die_with_parent(sig: int = signal.SIGTERM) -> bool:
     except (OSError, AttributeError):
         log.debug("prctl(PR_SET_PDEATHSIG) unavailable", exc_info=True)
         return False
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (a runtime that died but is not reaped yet).
+    A read of ``/proc`` (in memory, microseconds); ``os.kill(pid, 0)`` where there is none.
+
+    >>> process_alive(os.getpid()), process_alive(None)
+    (True, False)
+    """
+    if pid is None or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]  # "pid (comm) S ...": comm may hold spaces
+    return state not in (b"Z", b"X", b"x")

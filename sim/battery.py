@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from typing import Annotated
 
+import msgspec
 import numpy as np
+from msgspec import Meta
 
 logger = logging.getLogger(__name__)
 
@@ -30,29 +32,20 @@ _SOC_POINTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 _CELL_OCV_V = (3.00, 3.45, 3.60, 3.68, 3.74, 3.79, 3.85, 3.92, 4.00, 4.08, 4.20)
 
 
-@dataclass(frozen=True)
-class BatteryParams:
-    """Pack description, SI units.
+class BatteryParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Pack description, SI units; the ranges are checked when a table is converted (``Meta``).
 
     ``full_v`` scales the cell curve (the pack reads ``full_v`` at soc = 1);
     ``nominal_v`` is informational (dashboards use it for the scale).
     """
 
-    full_v: float = 12.6
+    full_v: Annotated[float, Meta(gt=0.0)] = 12.6
     nominal_v: float = 11.1
-    internal_resistance_ohm: float = 0.15
-    capacity_ah: float = 2.2
-    idle_current_a: float = 0.35
-    initial_soc: float = 1.0
-    noise_v: float = 0.005
-
-    def __post_init__(self) -> None:
-        if not (self.full_v > 0 and self.capacity_ah > 0 and self.internal_resistance_ohm >= 0):
-            raise ValueError("battery: full_v and capacity_ah must be > 0, internal_resistance_ohm >= 0")
-        if not 0.0 <= self.initial_soc <= 1.0:
-            raise ValueError("battery: initial_soc must be in [0, 1]")
-        if self.idle_current_a < 0 or self.noise_v < 0:
-            raise ValueError("battery: idle_current_a and noise_v must be >= 0")
+    internal_resistance_ohm: Annotated[float, Meta(ge=0.0)] = 0.15
+    capacity_ah: Annotated[float, Meta(gt=0.0)] = 2.2
+    idle_current_a: Annotated[float, Meta(ge=0.0)] = 0.35
+    initial_soc: Annotated[float, Meta(ge=0.0, le=1.0)] = 1.0
+    noise_v: Annotated[float, Meta(ge=0.0)] = 0.005
 
     @property
     def empty_v(self) -> float:

@@ -360,7 +360,42 @@ def _draw_marker(img: np.ndarray, proj: _Projector, m: Marker) -> None:
     np.copyto(roi, warped, where=mask[:, :, None].astype(bool))
 
 
-def _draw_solids(img: np.ndarray, proj: _Projector, world: World) -> None:
+@functools.lru_cache(maxsize=1)
+def _detail_texture() -> np.ndarray:
+    """The floor texture's luma, zero mean (int16): surface detail added to the flat-shaded faces."""
+    g = cv2.cvtColor(_floor_texture(), cv2.COLOR_BGR2GRAY).astype(np.int16)
+    d = (g - int(g.mean())) * 3 // 4
+    d = np.repeat(d[:, :, None], 3, axis=2).astype(np.int16)
+    d.flags.writeable = False
+    return d
+
+
+def _texture_face(img: np.ndarray, proj: _Projector, quad: np.ndarray, depth: np.ndarray, px: np.ndarray) -> None:
+    """Surface detail on a face wholly in front of the camera (a face cut by the near plane stays flat)."""
+    if (depth < proj.near * 4).any():
+        return
+    h, w = img.shape[:2]
+    dst = proj.to_px(proj.to_cam(quad)).astype(np.float32)
+    x0, y0 = np.floor(dst.min(axis=0)).astype(int)
+    x1, y1 = np.ceil(dst.max(axis=0)).astype(int) + 1
+    x0, y0, x1, y1 = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
+    if x1 - x0 < 2 or y1 - y0 < 2:
+        return
+    texels = _floor_texture().shape[0] / TEXTURE_TILE_M
+    length = float(np.linalg.norm(quad[1] - quad[0])) * texels
+    height = float(np.linalg.norm(quad[3] - quad[0])) * texels
+    src = np.array([[0, 0], [length, 0], [length, height], [0, height]], np.float32)
+    H = cv2.getPerspectiveTransform(src, dst - np.array([x0, y0], np.float32))
+    detail = cv2.warpPerspective(_detail_texture(), H, (x1 - x0, y1 - y0), flags=cv2.INTER_LINEAR,
+                                 borderMode=cv2.BORDER_WRAP)
+    mask = np.zeros((y1 - y0, x1 - x0), np.uint8)
+    cv2.fillPoly(mask, [(px - np.array([x0 << _SHIFT, y0 << _SHIFT])).astype(np.int32)], 255, cv2.LINE_8, _SHIFT)
+    roi = img[y0:y1, x0:x1]
+    out = cv2.add(roi.astype(np.int16), detail, dtype=cv2.CV_16S)
+    np.copyto(roi, np.clip(out, 0, 255).astype(np.uint8), where=mask[:, :, None].astype(bool))
+
+
+def _draw_solids(img: np.ndarray, proj: _Projector, world: World, texture: bool = False) -> None:
     verts, normals, colours, foot, group = _faces(world)
     hosts = _marker_hosts(world, verts) if world.markers else {}
     if not len(verts):
@@ -409,6 +444,8 @@ def _draw_solids(img: np.ndarray, proj: _Projector, world: World) -> None:
         px = _fixed(proj.to_px(poly)).reshape(-1, 1, 2)
         c = tuple(float(v) for v in colour[i])
         cv2.fillPoly(img, [px], c, cv2.LINE_8, _SHIFT)
+        if texture:
+            _texture_face(img, proj, verts[i], d, px)
         cv2.polylines(img, [px], True, tuple(0.6 * v for v in c), 1, cv2.LINE_8, _SHIFT)
         for m in hosts.get(i, ()):
             _draw_marker(img, proj, m)
@@ -437,6 +474,48 @@ def _draw_overlay(img: np.ndarray, t_s: float, frame_no: int) -> None:
     cv2.putText(img, text, (8, 8 + th), cv2.FONT_HERSHEY_SIMPLEX, scale, TEXT_BGR, 1, cv2.LINE_AA)
 
 
+#: the floor texture's tile, m (a 512-pixel tile: about 4 mm a texel, finer than a pixel beyond 1 m)
+TEXTURE_TILE_M = 2.0
+
+
+@functools.lru_cache(maxsize=1)
+def _floor_texture() -> np.ndarray:
+    """A fixed gravel-like texture (BGR, 512×512, tileable): noise at four scales around the ground colour.
+    Fixed seed: the same floor in every run; it moves with the camera, as a real floor does, so a video
+    encoder's motion search finds it (real-camera-size frames: JPEG q70 of 50-65 KB at 640×480)."""
+    rng = np.random.default_rng(20261201)
+    n = 512
+    acc = np.zeros((n, n), np.float32)
+    for cells, weight in ((8, 16.0), (32, 14.0), (128, 16.0), (256, 22.0), (512, 40.0)):
+        base = rng.standard_normal((cells, cells)).astype(np.float32)
+        tiled = np.tile(base, (3, 3))  # resize a 3×3 tiling and keep the middle: the texture wraps
+        big = cv2.resize(tiled, (3 * n, 3 * n), interpolation=cv2.INTER_CUBIC)[n:2 * n, n:2 * n]
+        acc += weight * big
+    tex = np.clip(np.array(GROUND_BGR, np.float32)[None, None, :] + acc[:, :, None] * np.array([1.0, 0.9, 0.8]),
+                  0, 255).astype(np.uint8)
+    tex.flags.writeable = False
+    return tex
+
+
+def _draw_floor_texture(img: np.ndarray, proj: _Projector, ground_px: np.ndarray) -> None:
+    """The textured floor inside the ground polygon: the plane z = 0 seen through the pinhole is a
+    homography, image pixel → floor point → texel, so one ``cv2.warpPerspective`` (wrapping the tiles)
+    draws it."""
+    h, w = img.shape[:2]
+    f = proj.f
+    A = np.array([[0.0, 0.0, 1.0], [-1.0 / f, 0.0, proj.cx / f], [0.0, -1.0 / f, proj.cy / f]])  # pixel → ray
+    cx, cy, cz = proj.c
+    to_floor = np.array([[-cz, 0.0, cx], [0.0, -cz, cy], [0.0, 0.0, 1.0]])  # ray (world) → floor point
+    tex = _floor_texture()
+    texels = tex.shape[0] / TEXTURE_TILE_M
+    H = np.diag([texels, texels, 1.0]) @ to_floor @ proj.R @ A
+    warped = cv2.warpPerspective(tex, H, (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                                 borderMode=cv2.BORDER_WRAP)
+    mask = np.zeros((h, w), np.uint8)
+    cv2.fillPoly(mask, [_fixed(ground_px).reshape(-1, 1, 2)], 255, cv2.LINE_8, _SHIFT)
+    cv2.copyTo(warped, mask, img)
+
+
 @functools.lru_cache(maxsize=8)
 def _noise_lut(sigma: float) -> np.ndarray:
     # inverse normal CDF at the 256 byte levels: Gaussian noise from uniform bytes, which a
@@ -460,11 +539,13 @@ def render(
     *,
     mount: CameraMount = CameraMount(),
     overlay: bool = True,
+    texture: bool = False,
 ) -> np.ndarray:
     """One BGR frame (H, W, 3) uint8 seen from a robot at ``pose`` (see the module docstring).
 
     ``t_s`` and ``frame_no`` only go into the overlay text; noise is added when
-    ``rng`` is given and ``intrinsics.noise_sigma`` > 0.
+    ``rng`` is given and ``intrinsics.noise_sigma`` > 0. ``texture`` draws a textured floor (the
+    frames a real camera gives a video encoder: detail that moves with the robot).
     """
     w, h = intrinsics.width, intrinsics.height
     centre, R_wc = camera_pose(pose, mount)
@@ -480,10 +561,13 @@ def render(
         band = max(2, h // 24)
         cv2.line(img, tuple(_fixed(p0 - d)), tuple(_fixed(p0 + d)), HAZE_BGR, band, cv2.LINE_8, _SHIFT)
     if ground is not None:
-        cv2.fillPoly(img, [_fixed(ground).reshape(-1, 1, 2)], GROUND_BGR, cv2.LINE_8, _SHIFT)
+        if texture:
+            _draw_floor_texture(img, proj, ground)
+        else:
+            cv2.fillPoly(img, [_fixed(ground).reshape(-1, 1, 2)], GROUND_BGR, cv2.LINE_8, _SHIFT)
     _draw_ramps(img, proj, world)
     _draw_segments(img, proj, _grid_segments(world, GRID_STEP_M), GRID_BGR)
-    _draw_solids(img, proj, world)
+    _draw_solids(img, proj, world, texture)
     if overlay:
         _draw_overlay(img, t_s, frame_no)
     if rng is not None and intrinsics.noise_sigma > 0:

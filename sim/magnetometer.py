@@ -6,8 +6,9 @@ in the northern hemisphere)::
 
     B_world = B · (cos(dip)·sin(decl), cos(dip)·cos(decl), −sin(dip))
 
-The sensor reads ``soft_iron · (R_world_bodyᵀ · B_world) + hard_iron + noise``,
-in tesla, body frame. Hard iron is a constant offset (magnetised parts riding
+The sensor reads ``soft_iron · (R_world_bodyᵀ · (B_world + B_disturbance)) + hard_iron + drift + noise``,
+in tesla, body frame: ``B_disturbance`` is the field of the world's steel objects at the sensor (world frame)
+and ``drift`` a body-frame hard-iron drift (both from :mod:`sim.magnetic`, given per reading; zero when not). Hard iron is a constant offset (magnetised parts riding
 on the robot); soft iron a per-axis gain, (3,), or a full 3×3 matrix. That is
 the distortion :func:`robotics.estimation.magcal.fit_ellipsoid` undoes (for the
 per-axis case).
@@ -69,16 +70,26 @@ class Magnetometer:
         """
         return np.asarray(R_world_body, dtype=float).reshape(3, 3).T @ self.world_field
 
-    def read(self, R_world_body, rng: np.random.Generator | None = None) -> np.ndarray:
+    def read(self, R_world_body, rng: np.random.Generator | None = None, *, disturbance_t=None,
+             drift_t=None) -> np.ndarray:
         """One reading (3,) T in the body frame for attitude ``R_world_body``.
 
-        ``rng`` (a seeded ``numpy.random.Generator``) is needed when ``noise_sigma_t > 0``.
+        ``rng`` (a seeded ``numpy.random.Generator``) is needed when ``noise_sigma_t > 0``;
+        ``disturbance_t`` (3,) T world frame and ``drift_t`` (3,) T body frame are added when given.
 
         >>> m = Magnetometer(dip=0.0, hard_iron_t=(1e-6, 0, 0), noise_sigma_t=1e-9)
         >>> np.round(m.read(np.eye(3), np.random.default_rng(0)) * 1e6, 2).tolist()
         [1.0, 50.0, 0.0]
+        >>> np.round(m.read(np.eye(3), np.random.default_rng(0), disturbance_t=(0, 5e-6, 0)) * 1e6, 2).tolist()
+        [1.0, 55.0, 0.0]
         """
-        reading = self.soft_iron @ self.true_field(R_world_body) + self.hard_iron_t
+        if disturbance_t is None:
+            field = self.true_field(R_world_body)
+        else:
+            field = np.asarray(R_world_body, dtype=float).reshape(3, 3).T @ (self.world_field + disturbance_t)
+        reading = self.soft_iron @ field + self.hard_iron_t
+        if drift_t is not None:
+            reading = reading + drift_t
         if self.noise_sigma_t > 0.0:
             if rng is None:
                 raise ValueError("noise_sigma_t > 0 needs rng, a seeded numpy.random.Generator")

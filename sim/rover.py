@@ -29,7 +29,15 @@ Model, per step of ``dt_s`` (split into sub-steps of at most ``max_substep_s``):
   ``min_range_m`` and invalid (``range_valid[name]`` is then false). A stop
   rule "obstacle closer than x" therefore still fires when too close;
 * per-motor current ``I = i0 + k_a·|dω/dt| + k_v·|ω|`` (stall current when
-  blocked); the battery sees both motors plus its idle draw.
+  blocked); the battery sees both motors plus its idle draw;
+* wheel slip (off by default): on grass or gravel the ground does not follow the
+  wheels exactly. The body's turn is ``(1 − s_turn)`` of what the wheels' difference
+  says (a skid-steered turn in place scrubs), its advance ``(1 − s_linear)`` of their
+  mean; each ``s = mean + sigma·ξ`` with ξ a unit Gauss-Markov process of correlation
+  time ``slip_tau_s`` (one draw per step, only when its sigma > 0). The encoders count
+  the wheels, so odometry does not see the slip: this is what makes an encoder-only
+  heading adjustment miss by degrees (seeds/002 §1.2, Fig. 7: "wheel slip and the
+  rotation centre moving make encoder-only heading adjustment unreliable").
 
 Noise comes from the ``rng`` only (a fixed number of draws per step), so two
 runs with the same seed and inputs are identical; nothing reads the clock.
@@ -47,11 +55,13 @@ from __future__ import annotations
 
 import logging
 import math
-import re
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Mapping
 
+import msgspec
 import numpy as np
+from msgspec import Meta
+from msgspec.structs import replace
 
 from robotics.estimation.attitude import rotation_zyx  # re-exported: R_world_body of the rover's attitude
 from sim.battery import Battery, BatteryParams
@@ -60,78 +70,76 @@ from robotics.angles import wrap_pi
 
 logger = logging.getLogger(__name__)
 
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _BISECT_ITERATIONS = 18
 
 
-@dataclass(frozen=True)
-class RangerParams:
-    """An ultrasonic ranger mounted at (x_m, y_m, yaw_rad) in the body frame."""
+def _pos(lo_open: float = 0.0) -> Any:
+    return Annotated[float, Meta(gt=lo_open)]
 
-    name: str
+
+_NonNeg = Annotated[float, Meta(ge=0.0)]
+#: the ``*_deg`` keys a config table may give instead of the ``*_rad`` fields
+_DEGREE_KEYS = {"yaw_deg": "yaw_rad", "half_angle_deg": "half_angle_rad"}
+
+
+class RangerParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """An ultrasonic ranger mounted at (x_m, y_m, yaw_rad) in the body frame. The ranges are checked (``Meta``)
+    when a table is converted (:meth:`from_config`, the drivers' :func:`drivers.tables.convert_table`)."""
+
+    name: Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]*$")]
     x_m: float = 0.15
     y_m: float = 0.0
     yaw_rad: float = 0.0
-    min_range_m: float = 0.02
-    max_range_m: float = 4.0
-    half_angle_rad: float = math.radians(15.0)
-    noise_m: float = 0.003
-    rays: int = 5
+    min_range_m: _NonNeg = 0.02
+    max_range_m: _pos() = 4.0
+    half_angle_rad: Annotated[float, Meta(ge=0.0, lt=math.pi / 2)] = math.radians(15.0)
+    noise_m: _NonNeg = 0.003
+    rays: Annotated[int, Meta(ge=1)] = 5
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
-            raise ValueError(f"ranger name {self.name!r} must be lower_snake_case")
-        if not 0.0 <= self.min_range_m < self.max_range_m:
-            raise ValueError(f"ranger {self.name}: need 0 <= min_range_m < max_range_m")
-        if not 0.0 <= self.half_angle_rad < math.pi / 2:
-            raise ValueError(f"ranger {self.name}: half_angle_rad must be in [0, pi/2)")
-        if self.noise_m < 0 or int(self.rays) < 1:
-            raise ValueError(f"ranger {self.name}: noise_m >= 0 and rays >= 1")
+        if not self.min_range_m < self.max_range_m:
+            raise ValueError(f"ranger {self.name}: need min_range_m < max_range_m")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> "RangerParams":
         """From a config table; angles may be given in degrees (``yaw_deg``, ``half_angle_deg``).
+        :class:`msgspec.ValidationError` (a ``ValueError``) names the bad field.
 
         >>> RangerParams.from_config({"name": "left", "yaw_deg": 90}).yaw_rad == math.pi / 2
         True
         """
-        return cls(**_convert(cfg, cls, {"yaw_deg": "yaw_rad", "half_angle_deg": "half_angle_rad"}, "ranger"))
+        return msgspec.convert(in_radians(cfg), cls)
 
 
-@dataclass(frozen=True)
-class RoverParams:
-    """Everything physical about the rover, SI units."""
+class RoverParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Everything physical about the rover, SI units (ranges checked on conversion, as :class:`RangerParams`)."""
 
-    wheel_radius_m: float = 0.05
-    track_m: float = 0.30
-    tau_s: float = 0.08
-    max_wheel_accel_rad_s2: float = 100.0
-    max_wheel_speed_rad_s: float = 20.0
-    ticks_per_rev: int = 1024
-    length_m: float = 0.30
-    width_m: float = 0.25
-    contact_skin_m: float = 0.002
-    max_substep_s: float = 0.01
+    wheel_radius_m: _pos() = 0.05
+    track_m: _pos() = 0.30
+    tau_s: _pos() = 0.08
+    max_wheel_accel_rad_s2: _pos() = 100.0
+    max_wheel_speed_rad_s: _pos() = 20.0
+    ticks_per_rev: Annotated[int, Meta(ge=1)] = 1024
+    length_m: _pos() = 0.30
+    width_m: _pos() = 0.25
+    contact_skin_m: _NonNeg = 0.002
+    max_substep_s: _pos() = 0.01
     # motor current model, per motor
-    motor_i0_a: float = 0.08
-    motor_k_accel_a: float = 0.004  # A per rad/s²
-    motor_k_speed_a: float = 0.03  # A per rad/s
-    motor_stall_a: float = 2.5
-    current_noise_a: float = 0.01
+    motor_i0_a: _NonNeg = 0.08
+    motor_k_accel_a: _NonNeg = 0.004  # A per rad/s²
+    motor_k_speed_a: _NonNeg = 0.03  # A per rad/s
+    motor_stall_a: _NonNeg = 2.5
+    current_noise_a: _NonNeg = 0.01
+    # wheel slip on the ground (0: the wheels roll without slipping); fractions of the travel lost
+    slip_turn: Annotated[float, Meta(ge=-0.5, le=0.5)] = 0.0
+    slip_turn_sigma: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.0
+    slip_linear: Annotated[float, Meta(ge=-0.5, le=0.5)] = 0.0
+    slip_linear_sigma: Annotated[float, Meta(ge=0.0, le=0.5)] = 0.0
+    slip_tau_s: _pos() = 1.0
     rangers: tuple[RangerParams, ...] = (RangerParams("front"),)
-    battery: BatteryParams = field(default_factory=BatteryParams)
+    battery: BatteryParams = msgspec.field(default_factory=BatteryParams)
 
     def __post_init__(self) -> None:
-        positive = ("wheel_radius_m", "track_m", "tau_s", "max_wheel_accel_rad_s2", "max_wheel_speed_rad_s",
-                    "ticks_per_rev", "length_m", "width_m", "max_substep_s")
-        bad = [n for n in positive if not getattr(self, n) > 0]
-        if bad:
-            raise ValueError(f"rover: {', '.join(bad)} must be > 0")
-        non_negative = ("contact_skin_m", "motor_i0_a", "motor_k_accel_a", "motor_k_speed_a",
-                        "motor_stall_a", "current_noise_a")
-        bad = [n for n in non_negative if not getattr(self, n) >= 0]
-        if bad:
-            raise ValueError(f"rover: {', '.join(bad)} must be >= 0")
         names = [r.name for r in self.rangers]
         if len(set(names)) != len(names):
             raise ValueError("rover: ranger names must be unique")
@@ -149,50 +157,52 @@ class RoverParams:
         return replace(
             self,
             current_noise_a=0.0,
+            slip_turn_sigma=0.0,
+            slip_linear_sigma=0.0,
             rangers=tuple(replace(r, noise_m=0.0) for r in self.rangers),
             battery=replace(self.battery, noise_v=0.0),
         )
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> "RoverParams":
-        """From a config table: field names as keys, ``battery`` a sub-table, ``rangers`` a list of tables.
+        """From a config table: field names as keys, ``battery`` a sub-table, ``rangers`` a list of tables
+        (degrees allowed, as :meth:`RangerParams.from_config`).
 
-        Unknown keys raise :class:`ValueError` (a typo must not silently keep a default).
+        Unknown keys, wrong types and values out of range raise :class:`msgspec.ValidationError` (a
+        ``ValueError`` that names the field: a typo must not silently keep a default).
 
         >>> p = RoverParams.from_config({"track_m": 0.4, "battery": {"capacity_ah": 5.0},
         ...                              "rangers": [{"name": "front"}, {"name": "rear", "yaw_deg": 180}]})
         >>> p.track_m, p.battery.capacity_ah, [r.name for r in p.rangers]
         (0.4, 5.0, ['front', 'rear'])
         """
-        kw = _convert({k: v for k, v in cfg.items() if k not in ("battery", "rangers")}, cls, {}, "rover")
-        if "battery" in cfg:
-            kw["battery"] = BatteryParams(**_convert(cfg["battery"], BatteryParams, {}, "battery"))
-        if "rangers" in cfg:
-            kw["rangers"] = tuple(RangerParams.from_config(r) for r in cfg["rangers"])
-        return cls(**kw)
+        return msgspec.convert(rover_table(cfg), cls)
 
 
-def _convert(cfg: Mapping[str, Any], cls: type, degrees: dict[str, str], what: str) -> dict[str, Any]:
-    """Config keys → dataclass keyword arguments, converting ``*_deg`` keys to radians."""
-    known = {f.name: f for f in fields(cls)}
-    out: dict[str, Any] = {}
-    unknown = []
-    for key, value in cfg.items():
-        if key in degrees:
-            out[degrees[key]] = math.radians(float(value))
-        elif key in known and key not in ("rangers", "battery"):
-            kind = known[key].type
-            if kind in ("int", int):
-                out[key] = int(value)
-            elif kind in ("float", float):
-                out[key] = float(value)
-            else:
-                out[key] = value
-        else:
-            unknown.append(key)
-    if unknown:
-        raise ValueError(f"{what}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
+def in_radians(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A ranger table with its ``*_deg`` keys as ``*_rad`` ones (a value that is not a number is passed on, for
+    the conversion to name it).
+
+    >>> in_radians({"name": "rear", "yaw_deg": 180})["yaw_rad"] == math.pi
+    True
+    """
+    out = dict(cfg) if isinstance(cfg, Mapping) else cfg
+    if not isinstance(out, dict):
+        return out
+    for deg, rad in _DEGREE_KEYS.items():
+        if deg in out:
+            if rad in out:
+                raise ValueError(f"ranger: give {deg} or {rad}, not both")
+            v = out.pop(deg)
+            out[rad] = math.radians(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
     return out
+
+
+def rover_table(cfg: Mapping[str, Any]) -> Any:
+    """A ``rover`` table with its rangers' degrees in radians (:func:`in_radians`), ready to convert."""
+    if not isinstance(cfg, Mapping) or not isinstance(cfg.get("rangers"), (list, tuple)):
+        return cfg
+    return {**cfg, "rangers": [in_radians(r) for r in cfg["rangers"]]}
 
 
 def attitude_from_gradient(gx: float, gy: float, yaw: float) -> tuple[float, float]:
@@ -287,6 +297,8 @@ class RoverSim:
         self._phi = [0.0, 0.0]  # cumulative wheel angles, rad
         self._cmd = (0.0, 0.0)  # clipped command, rad/s
         self._motor_i = [0.0, 0.0]  # true motor currents, A
+        self._slip_xi = [0.0, 0.0]  # the slip processes (turn, linear), unit variance
+        self._slip = (params.slip_turn, params.slip_linear)  # this step's slip fractions
         self._half_diagonal = 0.5 * math.hypot(params.length_m, params.width_m)
         # a disc around (x, y) of this radius is known to be free of edges: footprints inside skip the test
         self._free_disc = (0.0, 0.0, -1.0)
@@ -423,6 +435,16 @@ class RoverSim:
         """Measured (left, right) motor currents, A."""
         return float(self._meas_i[0]), float(self._meas_i[1])
 
+    @property
+    def true_motor_currents(self) -> tuple[float, float]:
+        """True (left, right) motor currents, A (what heats the body and magnetises its iron)."""
+        return float(self._motor_i[0]), float(self._motor_i[1])
+
+    @property
+    def slip(self) -> tuple[float, float]:
+        """This step's (turn, linear) slip fractions (0, 0 without a slip model)."""
+        return self._slip
+
     def reading(self) -> RoverReading:
         """Snapshot of every sensor and the ground truth."""
         roll, pitch = self.attitude
@@ -461,6 +483,8 @@ class RoverSim:
         p = self.params
         lim = p.max_wheel_speed_rad_s
         self._cmd = (min(max(left, -lim), lim), min(max(right, -lim), lim))
+        if dt_s > 0.0 and (p.slip_turn_sigma > 0.0 or p.slip_linear_sigma > 0.0):
+            self._step_slip(dt_s)
         if dt_s > 0.0:
             n = max(1, math.ceil(dt_s / p.max_substep_s - 1e-9))
             h = dt_s / n
@@ -470,6 +494,16 @@ class RoverSim:
         self._sample_sensors()
 
     # physics -------------------------------------------------------------
+    def _step_slip(self, dt_s: float) -> None:
+        """Advance the slip processes (two draws, only with a slip sigma): exact Gauss-Markov steps."""
+        p = self.params
+        a = math.exp(-dt_s / p.slip_tau_s)
+        b = math.sqrt(max(0.0, 1.0 - a * a))
+        z = self.rng.standard_normal(2)
+        self._slip_xi = [a * self._slip_xi[0] + b * float(z[0]), a * self._slip_xi[1] + b * float(z[1])]
+        self._slip = (min(max(p.slip_turn + p.slip_turn_sigma * self._slip_xi[0], -0.5), 0.9),
+                      min(max(p.slip_linear + p.slip_linear_sigma * self._slip_xi[1], -0.5), 0.9))
+
     def _substep(self, h: float) -> None:
         p = self.params
         decay = math.exp(-h / p.tau_s)
@@ -482,6 +516,9 @@ class RoverSim:
         dphi = [0.5 * (w0[0] + w1[0]) * h, 0.5 * (w0[1] + w1[1]) * h]
         ds = p.wheel_radius_m * (dphi[0] + dphi[1]) / 2.0
         dth = p.wheel_radius_m * (dphi[1] - dphi[0]) / p.track_m
+        if self._slip != (0.0, 0.0):  # the ground does not follow the wheels (the encoders count the wheels)
+            dth *= 1.0 - self._slip[0]
+            ds *= 1.0 - self._slip[1]
         ds_h = ds * math.cos(self.pitch)
 
         x0, y0, yaw0 = self._x, self._y, self._yaw

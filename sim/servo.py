@@ -8,10 +8,11 @@ which it reports. Per sub-step ``h`` (``dt_s`` is split into steps of at most
 ``max_substep_s``, so the result hardly depends on the caller's step):
 
 * position mode: the velocity it wants is ``sign(e)·min(v_max, v_brake, |e|/h)`` for
-  the error ``e = target − position``, where ``v_brake = sqrt((a·h/2)² + 2·a·|e|) − a·h/2``
-  is the speed from which braking at ``a_max`` in sub-steps of ``h`` stops on the
-  target (the continuous ``sqrt(2·a·|e|)`` overshoots by about ``v·h/2``) — as fast
-  as it can while still able to brake in time, never past the target in one sub-step;
+  the error ``e = target − position``, where ``v_brake`` is the one braking law,
+  :func:`robotics.control.brake_speed` — the speed from which braking at ``a_max`` in
+  sub-steps of ``h`` stops on the target, ``sqrt((a·h/2)² + 2·a·|e|) − a·h/2`` (the
+  continuous ``sqrt(2·a·|e|)`` overshoots by about ``v·h/2``) — as fast as it can while
+  still able to brake in time, never past the target in one sub-step;
 * velocity mode: the target velocity, capped at ``v_max``;
 * the velocity moves toward that by at most ``a_max·h``; the position moves by
   ``velocity·h``; an axis that would cross a travel limit stops on it with zero
@@ -34,6 +35,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from robotics.control import brake_speed
 
 __all__ = ["ServoAxes"]
 
@@ -116,9 +119,7 @@ class ServoAxes:
         dv_max = a_max * h
         for _ in range(n):
             error = self.target - self.position
-            half = 0.5 * dv_max
-            v_brake = np.sqrt(half * half + 2.0 * a_max * np.abs(error)) - half
-            braking = np.minimum(np.minimum(v_max, v_brake), np.abs(error) / h)
+            braking = np.minimum(np.minimum(v_max, brake_speed(error, a_max, h)), np.abs(error) / h)
             wanted = np.where(self.velocity_mode, np.clip(self.target, -v_max, v_max), np.sign(error) * braking)
             velocity = self.velocity + np.clip(wanted - self.velocity, -dv_max, dv_max)
             position = self.position + velocity * h

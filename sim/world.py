@@ -1,4 +1,4 @@
-"""The simulated 2D world: a rectangular field, walls, box obstacles, tilted ramps and fiducial markers.
+"""The simulated 2D world: a rectangular field, walls, box obstacles, tilted ramps, fiducial markers and steel.
 
 Frames: world x east, y north, z up (REP-103); metres and radians.
 
@@ -6,6 +6,11 @@ Markers are square fiducials (OpenCV ArUco or AprilTag dictionaries) printed on
 walls or boxes at known poses, so a vision pipeline can be tested against ground
 truth: :class:`Marker` gives their corners in OpenCV's order, and the synthetic
 camera (:mod:`sim.camera`) draws them with the same projection as everything else.
+
+Steel objects (``[[sim.world.steel]]``, :class:`sim.magnetic.SteelObject`) bend the magnetic field near
+them and are not obstacles (a pipe under the floor, a fence post's rebar); a box is an obstacle to the
+rover and, for the UWB radio, a block of material the line of sight may cross
+(:meth:`World.penetration_m`).
 
 >>> w = World.from_config({"size_m": [4.0, 3.0]})
 >>> round(w.raycast((1.0, 1.5), 0.0, 10.0), 3)   # east from x=1 to the east wall at x=4
@@ -19,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from sim.magnetic import SteelObject
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,7 @@ class World:
     boxes: list[Box] = field(default_factory=list)
     ramps: list[Ramp] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
+    steel: list[SteelObject] = field(default_factory=list)
 
     @classmethod
     def from_config(cls, cfg: dict) -> "World":
@@ -225,8 +233,50 @@ class World:
                 raise ValueError(f"markers[{i}]: id {marker.id} ({marker.dictionary}) is used twice")
             seen.add((marker.dictionary, marker.id))
             world.markers.append(marker)
+        steel = cfg.get("steel", [])
+        if not isinstance(steel, list):
+            raise ValueError("steel must be a list of tables ([[sim.world.steel]])")
+        world.steel = [SteelObject.from_config(obj, f"steel[{i}]") for i, obj in enumerate(steel)]
         world._build_segments()
         return world
+
+    def penetration_m(self, a, b) -> float:
+        """Length (m) of the 3D segment from ``a`` to ``b`` (world points [x, y, z]) inside the boxes (each
+        from the floor to its ``height_m``): how much material a radio path crosses. Walls are not counted
+        (the field's boundary holds the anchors; interior walls have no thickness in the plan).
+
+        >>> w = World.from_config({"size_m": [6.0, 4.0], "boxes": [{"center": [3.0, 2.0], "size": [0.4, 0.4]}]})
+        >>> round(w.penetration_m([1.0, 2.0, 0.1], [5.0, 2.0, 0.1]), 6)      # straight through, 0.4 m
+        0.4
+        >>> w.penetration_m([1.0, 2.0, 0.1], [5.0, 2.0, 2.0])                # over the 0.5 m box
+        0.0
+        """
+        pa, pb = np.asarray(a, dtype=float).reshape(3), np.asarray(b, dtype=float).reshape(3)
+        d = pb - pa
+        length = float(np.linalg.norm(d))
+        total = 0.0
+        for box in self.boxes:
+            c, s_ = math.cos(box.yaw), math.sin(box.yaw)
+            ox, oy = pa[0] - box.x, pa[1] - box.y
+            # the segment in the box's frame: start, direction (x, y local; z as is)
+            start = (c * ox + s_ * oy, -s_ * ox + c * oy, pa[2])
+            step = (c * d[0] + s_ * d[1], -s_ * d[0] + c * d[1], d[2])
+            lo, hi = 0.0, 1.0
+            for p0, dp, bmin, bmax in ((start[0], step[0], -box.sx / 2, box.sx / 2),
+                                       (start[1], step[1], -box.sy / 2, box.sy / 2),
+                                       (start[2], step[2], 0.0, box.height_m)):
+                if abs(dp) < 1e-15:  # parallel to the slab: inside it or not at all
+                    if not bmin <= p0 <= bmax:
+                        lo, hi = 1.0, 0.0
+                        break
+                    continue
+                t0, t1 = (bmin - p0) / dp, (bmax - p0) / dp
+                lo, hi = max(lo, min(t0, t1)), min(hi, max(t0, t1))
+                if lo >= hi:
+                    break
+            if hi > lo:
+                total += float((hi - lo) * length)
+        return total
 
     def marker(self, marker_id: int, dictionary: str = DEFAULT_MARKER_DICTIONARY) -> Marker:
         """The marker with this id (``KeyError`` if there is none)."""

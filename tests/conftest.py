@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,9 +20,12 @@ from typing import Any, Callable
 import pytest
 import tomli_w
 
+# the link emulator's fixtures (link_factory, linked_server, operator_browser) for every test directory
+pytest_plugins = ["tests.linkemu.plugin"]
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = "config/rover-sim.toml"
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0  # a deadline, not a figure: a loaded 2-core CI box has taken over 30 s
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -48,8 +53,22 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, message: s
         time.sleep(interval_s)
 
 
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could listen on ``host:port`` now (as aiohttp binds: SO_REUSEADDR, so TIME_WAIT is no
+    obstacle; a listener is)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 class ServerProc:
     """``python -m server`` as a child process, talked to over real HTTP."""
+
+    host = "127.0.0.1"  # where the tests reach it (tests/linkemu/plugin.py's LinkedServer: across a link)
 
     def __init__(self, config_path: Path) -> None:
         self.config_path = config_path
@@ -60,26 +79,32 @@ class ServerProc:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
+        return f"ws://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "server", "--config", str(self.config_path), "--port", str(self.port),
+                "--log-level", "INFO"]
 
     def start(self) -> "ServerProc":
         self._ready.clear()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server", "--config", str(self.config_path), "--port", str(self.port),
-             "--log-level", "INFO"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            self.command(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         )
-        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
-        if not self._ready.wait(START_TIMEOUT_S) or self.proc.poll() is not None:
+        self._listening = False
+        self._pump_thread = threading.Thread(target=self._pump, args=(self.proc,), daemon=True)
+        self._pump_thread.start()
+        if not self._ready.wait(START_TIMEOUT_S) or not self._listening or self.proc.poll() is not None:
             out = "".join(self.output[-40:])
             self.kill()
-            raise RuntimeError(f"server did not start:\n{out}")
+            raise RuntimeError(f"{self.what} did not start:\n{out}")
         return self
+
+    what = "server"
 
     def _pump(self, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
@@ -87,7 +112,10 @@ class ServerProc:
             self.output.append(line)
             if "teleop listening on http://" in line:
                 self.port = int(line.strip().rsplit(":", 1)[1])
+                self._listening = True
                 self._ready.set()
+        if proc is self.proc:  # a restarted server's old pump ends late: it must not wake the new start
+            self._ready.set()  # the output ended: it exited (a config error) — no need to wait out the deadline
 
     def stop(self, timeout_s: float = 10.0) -> int:
         """SIGTERM and wait; returns the exit code."""
@@ -106,7 +134,18 @@ class ServerProc:
             self.proc.wait(10)
 
     def restart(self) -> "ServerProc":
+        """Kill and start again on the same port. The launcher's children (the gateway holding the port, the
+        runtime) die on their own once it is gone (PR_SET_PDEATHSIG), a moment later: the new gateway must not
+        meet the old one still listening (exit 3, "cannot listen"), so wait until the port is free."""
         self.kill()
+        if self.port and self.host == "127.0.0.1":
+            wait_until(lambda: port_free(self.host, self.port), 30, f"port {self.port} to be free after the kill")
+        # the old output's end (its children hold the pipe a moment longer): a pump that ends while start() is
+        # swapping self.proc would take itself for the new one's and wake start() before it listens
+        old = getattr(self, "_pump_thread", None)
+        if old is not None:
+            old.join(30)
+            assert not old.is_alive(), "the killed server's output did not end within 30 s"
         return self.start()
 
     # ---- HTTP helpers
@@ -147,14 +186,32 @@ class ServerProc:
 TEST_DEFAULTS = {"debug": {"routes": True}, "video": {"enabled": False}}
 
 
+
+async def next_of(ws, kind: str, timeout_s: float = 10.0) -> dict:
+    """The next text message of ``kind`` on an aiohttp websocket (others skipped), within ``timeout_s``."""
+    import aiohttp
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"no {kind!r} message within {timeout_s} s")
+        msg = await asyncio.wait_for(ws.receive(), remaining)
+        assert msg.type == aiohttp.WSMsgType.TEXT, msg
+        data = json.loads(msg.data)
+        if data["type"] == kind:
+            return data
+
 @pytest.fixture
 def server_factory(tmp_path: Path):
     started: list[ServerProc] = []
 
     def make(config_overrides: dict | None = None, config: str = DEFAULT_CONFIG) -> ServerProc:
         base = tomllib.loads((REPO / config).read_text())
-        # no users unless a test adds some (a users file in the checkout must not turn login on)
-        hermetic = {"auth": {"users_file": str(tmp_path / "users.json")}}
+        # no users unless a test adds some (a users file in the checkout must not turn login on), and no state
+        # from the checkout's state/ (a magnetometer calibration left there by a run steered later rovers)
+        hermetic = {"auth": {"users_file": str(tmp_path / "users.json")},
+                    "server": {"state_dir": str(tmp_path / "state")}}
         merged = deep_merge(deep_merge(deep_merge(base, TEST_DEFAULTS), hermetic), config_overrides or {})
         path = tmp_path / f"config-{len(started)}.toml"
         path.write_text(tomli_w.dumps(merged))
@@ -167,6 +224,17 @@ def server_factory(tmp_path: Path):
         proc.kill()
 
 
+def module_server(tmp_path_factory, overrides: dict | None = None, config: str = DEFAULT_CONFIG) -> ServerProc:
+    """A started server for a module's tests to share (issue 19 §7: one start instead of one a test), with the
+    tests' defaults and no users; the module's fixture kills it and resets it between tests as they need."""
+    directory = tmp_path_factory.mktemp("shared-server")
+    base = tomllib.loads((REPO / config).read_text())
+    hermetic = {"auth": {"users_file": str(directory / "users.json")}, "server": {"state_dir": str(directory / "state")}}
+    path = directory / "config.toml"
+    path.write_text(tomli_w.dumps(deep_merge(deep_merge(deep_merge(base, TEST_DEFAULTS), hermetic), overrides or {})))
+    return ServerProc(path).start()
+
+
 @pytest.fixture
 def server(server_factory) -> ServerProc:
     """The default simulated rover with debug routes on."""
@@ -176,3 +244,38 @@ def server(server_factory) -> ServerProc:
 @pytest.fixture
 def wait_for():
     return wait_until
+
+
+# ---------------------------------------------------------------------- tiers (issue 19 §7)
+#: what in a test module's source means it starts processes (the real server, replay, an emulator, the CLI)
+_PROCESS_MARKS = ("server_factory", "subprocess.", "Popen(", "multiprocessing", "E2EServer", "E2EReplay",
+                  "real_run", "ServerProc(")
+_MODULE_TIER: dict[str, str] = {}
+
+
+def _module_tier(path: Path) -> str:
+    key = str(path)
+    if key not in _MODULE_TIER:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        _MODULE_TIER[key] = "server" if any(m in text for m in _PROCESS_MARKS) else "unit"
+    return _MODULE_TIER[key]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test gets one tier: ``e2e`` (tests/e2e: Chromium), ``server`` (it starts the real server or another
+    process: its fixtures reach ``server_factory``, or its module starts processes), else ``unit`` (in
+    process). ``make test-fast`` runs ``-m unit``; ``make test`` (CI) runs all three. A test marked by hand
+    keeps its mark."""
+    for item in items:
+        if any(item.get_closest_marker(m) for m in ("unit", "server", "e2e")):
+            continue
+        path = Path(str(item.fspath))
+        if "e2e" in path.parts:
+            item.add_marker(pytest.mark.e2e)
+        elif "server_factory" in getattr(item, "fixturenames", ()) or _module_tier(path) == "server":
+            item.add_marker(pytest.mark.server)
+        else:
+            item.add_marker(pytest.mark.unit)

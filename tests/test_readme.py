@@ -28,7 +28,12 @@ def walkthrough_lines() -> list[str]:
     return [line for line in block.group(1).splitlines() if line.strip()]
 
 
-def test_readme_walkthrough_runs_as_typed(server: ServerProc) -> None:
+def test_readme_walkthrough_runs_as_typed(server_factory) -> None:
+    # the README's own slack for a loaded machine (its next block): at load ~30 the 0.2 s curl loop missed the
+    # 0.5 s timeout (a link-loss e-stop, 0.503 s). The stall limit stays the profile's 0.1 s: a tick that late
+    # while moving still fails this test (at load 9-20 the runtime's event-loop thread, at normal priority, can be
+    # preempted while it holds the GIL the SCHED_FIFO loop needs: ticks 22-219 ms late; not fixed yet)
+    server: ServerProc = server_factory({"safety": {"command_timeout_s": 2.0}})
     lines = walkthrough_lines()
     assert lines[0].startswith("while sleep"), "the keep-alive comes first"
     here = f"127.0.0.1:{server.port}"

@@ -95,6 +95,12 @@ class CameraSource(abc.ABC):
             raise CameraError(f"camera {self.name!r} returned a frame that is not (H, W, 3) uint8")
         return frame, t
 
+    def last_packet(self) -> tuple[bytes, bool] | None:
+        """The camera's own H.264 access unit of the frame :meth:`read` returned last, as ``(Annex B
+        bytes, keyframe)``, when the device encodes in hardware (or a stream carries H.264); None
+        otherwise (the default). The video service then sends it on without re-encoding."""
+        return None
+
     def close(self) -> None:
         """Release the camera; never raises, may be called twice."""
         if not self.is_open:

@@ -14,7 +14,11 @@ sim's seed), used only for sensor noise.
 Settings keys (the ``[video]`` table; degrees at this edge, radians inside):
 ``width``, ``height``, ``fps``, ``hfov_deg`` (70), ``mount_height_m`` (0.25),
 ``mount_forward_m`` (0.10), ``mount_pitch_deg`` (0, positive tilts down),
-``noise_sigma`` (0, grey levels), ``render_process`` (true).
+``noise_sigma`` (0, grey levels), ``texture`` (false: a textured floor and walls, real-camera-size
+frames), ``time_strip`` (true: the capture time as blocks in the bottom rows, drivers/camera/strip.py),
+``render_process`` (true), ``format`` (``"bgr"``; ``"h264"``: each picture is also encoded to H.264 by
+:class:`sim.camera_h264.H264Sensor`, the stand-in for a camera's hardware encoder, and handed on by
+:meth:`last_packet`, so the gateway sends it without re-encoding; keyframes on :meth:`request_keyframe`).
 
 With ``render_process`` the picture is drawn in a separate process: rendering is
 numpy work that holds the GIL for a few milliseconds per frame, and in the
@@ -33,6 +37,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from drivers.camera import strip
 from drivers.camera.base import CameraError, CameraSettings, CameraSource
 from sim.camera import CameraIntrinsics, CameraMount, render
 from sim.world import World
@@ -60,6 +65,8 @@ class SimCamera(CameraSource):
         self.clock = clock
         self.hfov_rad = math.radians(float(table.get("hfov_deg", 70.0)))
         self.noise_sigma = float(table.get("noise_sigma", 0.0))
+        self.texture = bool(table.get("texture", False))
+        self.time_strip = bool(table.get("time_strip", True))
         self.mount = CameraMount(
             forward_m=float(table.get("mount_forward_m", 0.10)),
             height_m=float(table.get("mount_height_m", 0.25)),
@@ -70,6 +77,9 @@ class SimCamera(CameraSource):
         self.render_process = bool(table.get("render_process", True))
         self._worker: mp.process.BaseProcess | None = None
         self._conn = None
+        self.format = str(table.get("format", "bgr"))
+        self._sensor = None  # format "h264": the camera's encoder
+        self._packet: tuple[bytes, bool] | None = None
 
     @classmethod
     def from_context(cls, settings: Mapping[str, Any], context: Mapping[str, Any]) -> "SimCamera":
@@ -102,13 +112,32 @@ class SimCamera(CameraSource):
         self.frame_no = 0
         if self.render_process:
             self._start_worker()
+        if self.format == "h264":
+            self._start_sensor()
+
+    def _start_sensor(self) -> None:
+        from sim.camera_h264 import H264Sensor
+
+        if self._sensor is not None:
+            self._sensor.close()
+        s = self._settings
+        self._sensor = H264Sensor(s.width, s.height, s.fps)
+
+    def last_packet(self) -> tuple[bytes, bool] | None:
+        """Format ``h264``: the access unit of the picture :meth:`read` returned last."""
+        return self._packet
+
+    def request_keyframe(self) -> None:
+        """A viewer needs a keyframe of the camera's own stream (forwarded by the gateway)."""
+        if self._sensor is not None:
+            self._sensor.request_keyframe()
 
     def _start_worker(self) -> None:
         # "spawn": forking a process that runs threads (control loop, event loop) is unsafe
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
         seed = int(self.rng.integers(2**63)) if self.rng is not None else None
-        self._worker = ctx.Process(target=_render_worker, args=(child, self.world, self.mount, seed),
+        self._worker = ctx.Process(target=_render_worker, args=(child, self.world, self.mount, seed, self.texture),
                                    name="teleop-sim-camera", daemon=True)
         self._worker.start()
         child.close()
@@ -128,8 +157,14 @@ class SimCamera(CameraSource):
         if self._conn is not None:
             frame = self._render_remote(dict(pose), t_sim)
         else:
-            frame = render(self.world, pose, self._intrinsics, t_sim, self.frame_no, self.rng, mount=self.mount)
+            frame = render(self.world, pose, self._intrinsics, t_sim, self.frame_no, self.rng, mount=self.mount,
+                           texture=self.texture)
         self.frame_no += 1
+        if self.time_strip:
+            frame = np.array(frame)  # the render process's buffer is read-only
+            strip.stamp(frame, t)  # the capture time, in the picture (glass-to-glass latency)
+        if self._sensor is not None:
+            self._packet = self._sensor.encode(frame, t)
         return frame, t
 
     def _render_remote(self, pose: dict[str, float], t_sim: float) -> np.ndarray:
@@ -162,12 +197,19 @@ class SimCamera(CameraSource):
 
     def _apply(self, settings: CameraSettings) -> None:
         self._intrinsics = self._make_intrinsics(settings)
+        if self._sensor is not None:
+            self._settings = settings
+            self._start_sensor()  # a new size: a new encoder (its first frame is a keyframe)
 
     def _close(self) -> None:
         self._stop_worker()
+        sensor, self._sensor = self._sensor, None
+        if sensor is not None:
+            sensor.close()
+        self._packet = None
 
 
-def _render_worker(conn, world: World, mount: CameraMount, seed: int | None) -> None:
+def _render_worker(conn, world: World, mount: CameraMount, seed: int | None, texture: bool = False) -> None:
     """The render process: pose in, BGR pixels out, until ``None`` or the pipe closes."""
     rng = np.random.default_rng(seed) if seed is not None else None
     conn.send("ready")
@@ -182,7 +224,7 @@ def _render_worker(conn, world: World, mount: CameraMount, seed: int | None) -> 
         pose, key, t_sim, frame_no = msg
         try:
             intr = cache.get(key) or cache.setdefault(key, CameraIntrinsics(*key))
-            frame = render(world, pose, intr, t_sim, frame_no, rng, mount=mount)
+            frame = render(world, pose, intr, t_sim, frame_no, rng, mount=mount, texture=texture)
             conn.send_bytes(np.ascontiguousarray(frame).data.cast("B"))  # flat: send_bytes counts items
         except Exception:  # noqa: BLE001 - reported to the capture thread as a failed frame
             conn.send_bytes(b"")

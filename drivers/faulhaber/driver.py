@@ -36,14 +36,17 @@ import threading
 import time
 from typing import Any, ClassVar, Mapping
 
-from drivers.base import Acquisition, ChannelSpec, Driver, DriverState, Frame
+from drivers.base import Acquisition, Capability, ChannelSpec, Driver, DriverState, Frame, ProgramGenerator
 from drivers.errors import (DriverConfigError, DriverError, DriverLinkError, DriverOpenError, DriverProtocolError,
                             DriverTimeoutError)
 from drivers.faulhaber import ascii as fa
 from drivers.faulhaber import mcv3
 from drivers.faulhaber.axis import AsciiAxis, AxisConfig, AxisMode, AxisSample, McV3Axis, MotionAxis
+from drivers.faulhaber.programmer import FaulhaberProgramGenerator
 from drivers.serial.link import LinkCounters, SerialLink
-from drivers.serial.support import Table, reconnect
+from drivers.faulhaber.config import AxisTable, FaulhaberTable
+from drivers.serial.support import named_tables, reconnect
+from drivers.tables import convert_table
 
 logger = logging.getLogger(__name__)
 
@@ -58,49 +61,20 @@ class FaulhaberDriver(Driver):
     ordered: ClassVar[bool] = True
     half_duplex: ClassVar[bool] = True
     decoder_class: ClassVar[type] = fa.AsciiDecoder
+    # a lost line is reopened by reconnect(); enabling a drive awaits its answers; its axes make programs
+    capabilities = frozenset({Capability.RECONNECT, Capability.SLOW_ACTIVATE, Capability.PROGRAMS})
 
     @classmethod
     def from_config(cls, table: Mapping[str, Any], profile: Mapping[str, Any]) -> "FaulhaberDriver":
-        t = Table({k: v for k, v in table.items() if k != "name"}, "driver")
-        port = t.str("port")
-        kw = dict(
-            baudrate=t.int("baudrate", cls.default_baudrate, lo=300, hi=4_000_000),
-            xonxoff=t.bool("xonxoff", cls.decoder_class is fa.AsciiDecoder),
-            reply_timeout_s=t.number("reply_timeout_s", 0.2, lo=0.001, hi=10),
-            timeouts_idle=t.int("timeouts_idle", 2, lo=1, hi=1000),
-            timeouts_moving=t.int("timeouts_moving", 5, lo=1, hi=1000),
-            poll_interval_s=t.number("poll_interval_s", 0.0, lo=0, hi=10),
-            refresh_s=t.number("refresh_s", 0.5, lo=0.01, hi=60),
-            reconnect_timeout_s=t.number("reconnect_timeout_s", 10.0, lo=0, hi=3600),
-        )
-        rate = t.number("rate_hz", 50.0, lo=cls.min_rate_hz, hi=cls.max_rate_hz)
-        axes = []
-        for name, sub in t.tables("axes").items():
-            axes.append(cls._axis(name, sub))
-        t.done()
-        return cls(port, axes, rate_hz=rate, **kw)
-
-    @staticmethod
-    def _axis(name: str, t: Table) -> AxisConfig:
-        if not name.replace("_", "").isalnum() or not name[:1].isalpha() or name != name.lower():
-            raise DriverConfigError(t.prefix, "axis names are lower_case_with_underscores")
-        mode = AxisMode(t.str("mode", "velocity", choices=("velocity", "position")))
-        cfg = AxisConfig(
-            name=name, node=t.int("node", lo=0, hi=127), mode=mode,
-            counts_per_rev=t.int("counts_per_rev", 2048, lo=1, hi=1 << 24),
-            gear_ratio=t.number("gear_ratio", 1.0, lo=0, lo_open=True),
-            max_speed_rad_s=t.number("max_speed_rad_s", lo=0, lo_open=True),
-            max_accel_rad_s2=t.number("max_accel_rad_s2", lo=0, lo_open=True),
-            min_rad=t.number("min_rad", -3.141592653589793), max_rad=t.number("max_rad", 3.141592653589793),
-            current_limit_a=t.number("current_limit_a", lo=0, lo_open=True) if t.has("current_limit_a") else None,
-            peak_current_a=t.number("peak_current_a", lo=0, lo_open=True) if t.has("peak_current_a") else None,
-            invert=t.bool("invert", False),
-            enabled_mask=t.int("enabled_mask", 1, lo=0, hi=2**32 - 1),
-        )
-        if cfg.max_rad <= cfg.min_rad:
-            raise DriverConfigError(t.key("max_rad"), "must be greater than min_rad")
-        t.done()
-        return cfg
+        """The ``[driver]`` table (:class:`drivers.faulhaber.config.FaulhaberTable`, each axis an ``AxisTable``)."""
+        t = convert_table(table, FaulhaberTable)
+        axes = [a.config(name) for name, a in named_tables(t.axes, AxisTable, "axes").items()]
+        return cls(t.port, axes, rate_hz=50.0 if t.rate_hz is None else t.rate_hz,
+                   baudrate=cls.default_baudrate if t.baudrate is None else t.baudrate,
+                   xonxoff=cls.decoder_class is fa.AsciiDecoder if t.xonxoff is None else t.xonxoff,
+                   reply_timeout_s=t.reply_timeout_s, timeouts_idle=t.timeouts_idle,
+                   timeouts_moving=t.timeouts_moving, poll_interval_s=t.poll_interval_s, refresh_s=t.refresh_s,
+                   reconnect_timeout_s=t.reconnect_timeout_s)
 
     def __init__(self, port: str, axes: list[AxisConfig], *, rate_hz: float = 50.0, baudrate: int | None = None,
                  xonxoff: bool = False, reply_timeout_s: float = 0.2, timeouts_idle: int = 2,
@@ -108,11 +82,11 @@ class FaulhaberDriver(Driver):
                  reconnect_timeout_s: float = 10.0) -> None:
         super().__init__()
         if not axes:
-            raise DriverConfigError("driver.axes", "configure at least one axis")
+            raise DriverConfigError("axes", "configure at least one axis")
         names = [a.name for a in axes]
         nodes = [a.node for a in axes]
         if len(set(nodes)) != len(nodes):
-            raise DriverConfigError("driver.axes", f"node numbers repeat: {nodes}")
+            raise DriverConfigError("axes", f"node numbers repeat: {nodes}")
         self.port = port
         self.axes_config = list(axes)
         self.baudrate = baudrate or self.default_baudrate
@@ -216,6 +190,10 @@ class FaulhaberDriver(Driver):
             self._poller.join(2.0)
         self._poller = None
         self._axes = {}
+
+    def program_generator(self) -> ProgramGenerator:
+        """FAULHABER programs on these drives: each joint on the axis of its name (node, encoder, gearing)."""
+        return FaulhaberProgramGenerator({a.name: a for a in self.axes_config})
 
     def reconnect(self, timeout_s: float | None = None, stop: threading.Event | None = None) -> int:
         """Close and reopen with backoff; stays ``inactive`` (the drives disabled) until ``activate()``."""

@@ -104,23 +104,23 @@ def cia402_state(statusword: int) -> Cia402State:
     >>> cia402_state(0x0027), cia402_state(0x0040), cia402_state(0x0008)
     (<Cia402State.OPERATION_ENABLED: 'operation enabled'>, <Cia402State.SWITCH_ON_DISABLED: 'switch on disabled'>, <Cia402State.FAULT: 'fault'>)
     """
-    if statusword & 0x4F == 0x00:
-        return Cia402State.NOT_READY
-    if statusword & 0x4F == 0x40:
-        return Cia402State.SWITCH_ON_DISABLED
-    if statusword & 0x6F == 0x21:
-        return Cia402State.READY
-    if statusword & 0x6F == 0x23:
-        return Cia402State.SWITCHED_ON
-    if statusword & 0x6F == 0x27:
-        return Cia402State.OPERATION_ENABLED
-    if statusword & 0x6F == 0x07:
-        return Cia402State.QUICK_STOP_ACTIVE
-    if statusword & 0x4F == 0x0F:
-        return Cia402State.FAULT_REACTION
-    if statusword & 0x4F == 0x08:
-        return Cia402State.FAULT
+    for mask, value, state in _CIA402_STATES:
+        if statusword & mask == value:
+            return state
     return Cia402State.NOT_READY
+
+
+#: CiA 402 table 30: (statusword mask, value under it, state), tried in order
+_CIA402_STATES = (
+    (0x4F, 0x00, Cia402State.NOT_READY),
+    (0x4F, 0x40, Cia402State.SWITCH_ON_DISABLED),
+    (0x6F, 0x21, Cia402State.READY),
+    (0x6F, 0x23, Cia402State.SWITCHED_ON),
+    (0x6F, 0x27, Cia402State.OPERATION_ENABLED),
+    (0x6F, 0x07, Cia402State.QUICK_STOP_ACTIVE),
+    (0x4F, 0x0F, Cia402State.FAULT_REACTION),
+    (0x4F, 0x08, Cia402State.FAULT),
+)
 
 
 def crc8(data: bytes) -> int:

@@ -53,6 +53,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
+#: latest waypoint time, s after the first (a day); beyond it a segment's speed rounds to nothing
+MAX_PROGRAM_S = 86_400.0
+
 
 class ProgramError(ValueError):
     """A programmed motion that cannot become a FAULHABER program (the message names where)."""
@@ -92,10 +95,13 @@ def _segment_speed(distance: float, duration: float, accel: float) -> float | No
     """
     if distance == 0:
         return 0.0
-    disc = accel * accel * duration * duration - 4.0 * accel * distance
-    if disc < 0:
+    # the same root as (a·T − sqrt(a²·T² − 4·a·d)) / 2, written so that nothing overflows or cancels: a²·T²
+    # of T = 1e300 s was infinite, the speed −inf and the rpm's ceil an OverflowError (issue 18)
+    reach = accel * duration * duration  # 0 when it underflows (T = 1e-308 s): no trapezoid then
+    disc = 1.0 - 4.0 * distance / reach if reach > 0 else -1.0
+    if not disc >= 0:
         return None
-    return (accel * duration - math.sqrt(disc)) / 2.0
+    return 2.0 * distance / (duration * (1.0 + math.sqrt(disc)))
 
 
 def generate_program(waypoints: Sequence[tuple[float, Mapping[str, float]]],
@@ -109,6 +115,8 @@ def generate_program(waypoints: Sequence[tuple[float, Mapping[str, float]]],
             raise ProgramError(f"waypoint {i}: time must be a finite number >= 0, not {t!r}")
         if times and t <= times[-1]:
             raise ProgramError(f"waypoint {i}: times must increase ({t} after {times[-1]})")
+        if t - (times[0] if times else t) > MAX_PROGRAM_S:
+            raise ProgramError(f"waypoint {i}: t = {t:g} s is more than {MAX_PROGRAM_S:g} s after the first")
         times.append(float(t))
         for joint, q in targets.items():
             if joint not in axes:
@@ -155,10 +163,11 @@ def generate_program(waypoints: Sequence[tuple[float, Mapping[str, float]]],
             if v is None:
                 raise ProgramError(f"segment {i} ({times[i - 1]:g}–{times[i]:g} s): {j} cannot move "
                                    f"{abs(q - current[j]):.4g} rad in {duration:g} s at {accel_rad_s2[j]:.4g} rad/s²")
-            rpm = math.ceil(abs(v) / (2 * math.pi) * 60.0 * c.gear_ratio - 1e-9)
-            if rpm > abs(c.rpm(c.max_speed_rad_s)):
+            rpm_f = abs(v) / (2 * math.pi) * 60.0 * c.gear_ratio - 1e-9
+            if not rpm_f <= abs(c.rpm(c.max_speed_rad_s)):
                 raise ProgramError(f"segment {i} ({times[i - 1]:g}–{times[i]:g} s): {j} needs {v:.4g} rad/s, "
                                    f"more than its max_speed_rad_s {c.max_speed_rad_s:g}")
+            rpm = math.ceil(rpm_f)
             lines += [f"{c.node}SP{max(1, rpm)}", f"{c.node}LA{c.counts(q)}", f"{c.node}M"]
             moved.append((j, q))
             current[j] = q

@@ -42,12 +42,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from drivers.base import Acquisition, ChannelSpec, Driver, Frame
+from drivers.base import Acquisition, Capability, ChannelSpec, Driver, Frame
 from drivers.errors import (AcquisitionError, DriverConfigError, DriverError, DriverLinkError, DriverOpenError,
                             DriverProtocolError, DriverTimeoutError)
 from drivers.firmata import protocol as fp
 from drivers.serial.link import LinkCounters, SerialLink
-from drivers.serial.support import Table, reconnect
+from drivers.firmata.config import AnalogTable, DigitalTable, FirmataTable, OutputTable, ServoTable, WheelTable
+from drivers.serial.support import named_tables, reconnect
+from drivers.tables import convert_table
 
 logger = logging.getLogger(__name__)
 
@@ -111,96 +113,35 @@ class FirmataDriver(Driver):
     name = "firmata"
     max_rate_hz = 1000.0  # SAMPLING_INTERVAL >= 1 ms
     min_rate_hz = 0.1
+    # a board that reset or went silent is reopened by reconnect(); activating (the relay) goes to the line,
+    # kept off the tick like every device driver's
+    capabilities = frozenset({Capability.RECONNECT, Capability.SLOW_ACTIVATE})
 
     # ------------------------------------------------------------------ config
     @classmethod
     def from_config(cls, table: Mapping[str, Any], profile: Mapping[str, Any]) -> "FirmataDriver":
-        t = Table({k: v for k, v in table.items() if k != "name"}, "driver")
-        port = t.str("port")
-        baud = t.int("baudrate", 57600, lo=300, hi=4_000_000)
+        """The ``[driver]`` table (:class:`drivers.firmata.config.FirmataTable` and its sub-tables); the loop's
+        rate (at most 100 Hz) is the default sampling rate."""
+        t = convert_table(table, FirmataTable)
         loop_rate = profile.get("loop", {}).get("rate_hz", 50.0) if isinstance(profile, Mapping) else 50.0
-        rate = t.number("rate_hz", min(float(loop_rate), 100.0), lo=cls.min_rate_hz, hi=cls.max_rate_hz)
-        kw = dict(
-            banner_wait_s=t.number("banner_wait_s", 5.0, lo=0, hi=30),
-            query_timeout_s=t.number("query_timeout_s", 1.0, lo=0.01, hi=30),
-            stale_s=t.number("stale_s", 0.5, lo=0.01, hi=60),
-            keep_alive_s=t.int("keep_alive_s", 1, lo=0, hi=fp.MAX_KEEP_ALIVE_S),
-            require_keep_alive=t.bool("require_keep_alive", False),
-            estop_pin=t.optional_int("estop_pin"),
-            estop_active_low=t.bool("estop_active_low", True),
-            relay_pin=t.optional_int("relay_pin"),
-            reconnect_timeout_s=t.number("reconnect_timeout_s", 10.0, lo=0, hi=3600),
-        )
-        analog = [cls._analog(n, sub) for n, sub in t.tables("analog").items()]
-        digital = [cls._digital(n, sub) for n, sub in t.tables("digital").items()]
-        wheels = [cls._wheel(n, sub) for n, sub in t.tables("wheels").items()]
-        servos = [cls._servo(n, sub) for n, sub in t.tables("servos").items()]
-        outputs = [cls._output(n, sub) for n, sub in t.tables("outputs").items()]
-        t.done()
-        return cls(port, baudrate=baud, rate_hz=rate, analog=analog, digital=digital, wheels=wheels,
-                   servos=servos, outputs=outputs, **kw)
-
-    @staticmethod
-    def _name(name: str, key: str) -> str:
-        if not name.replace("_", "").isalnum() or not name[:1].isalpha() or name != name.lower():
-            raise DriverConfigError(key, "names are lower_case_with_underscores")
-        return name
-
-    @classmethod
-    def _analog(cls, name: str, t: Table) -> AnalogSpec:
-        cls._name(name, t.prefix)
-        ch = t.int("channel", lo=0, hi=15)
-        poly = t.raw("poly", [0.0, 1.0])
-        if (not isinstance(poly, list) or not 1 <= len(poly) <= 6
-                or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) for c in poly)):
-            raise DriverConfigError(t.key("poly"), "must be a list of 1 to 6 finite numbers (c0, c1, …)")
-        unit = t.raw("unit", "")
-        lo = t.number("min", 0.0)
-        hi = t.number("max", 1023.0)
-        if hi <= lo:
-            raise DriverConfigError(t.key("max"), "must be greater than min")
-        thresholds = {k: (t.number(k, lo=lo, hi=hi) if t.has(k) else None)
-                      for k in ("warn_low", "warn_high", "crit_low", "crit_high")}
-        spec = ChannelSpec(name=name, unit=str(unit), min=lo, max=hi, widget=t.str("widget", "dial", choices=(
-            "dial", "digital", "bar", "lamp", "plot")), label=str(t.raw("label", "")), plot=t.bool("plot", True),
-            **thresholds)
-        t.done()
-        return AnalogSpec(name, ch, tuple(float(c) for c in poly), spec)
-
-    @classmethod
-    def _digital(cls, name: str, t: Table) -> DigitalSpec:
-        cls._name(name, t.prefix)
-        d = DigitalSpec(name, t.int("pin", lo=2, hi=127), t.bool("pullup", True), t.bool("active_low", True))
-        t.done()
-        return d
-
-    @classmethod
-    def _wheel(cls, name: str, t: Table) -> WheelSpec:
-        cls._name(name, t.prefix)
-        w = WheelSpec(name, t.int("pwm_pin", lo=2, hi=127), t.int("dir_pin", lo=2, hi=127),
-                      t.number("max_rad_s", lo=0, lo_open=True), t.bool("invert", False),
-                      t.int("pwm_max", 255, lo=1, hi=(1 << 14) - 1))
-        if w.pwm_pin == w.dir_pin:
-            raise DriverConfigError(t.key("dir_pin"), "must differ from pwm_pin")
-        t.done()
-        return w
-
-    @classmethod
-    def _servo(cls, name: str, t: Table) -> ServoSpec:
-        cls._name(name, t.prefix)
-        s = ServoSpec(name, t.int("pin", lo=2, hi=127), t.number("min_rad", 0.0), t.number("max_rad", math.pi),
-                      t.int("min_pulse_us", 544, lo=100, hi=3000), t.int("max_pulse_us", 2400, lo=100, hi=3000))
-        if s.max_rad <= s.min_rad or s.max_pulse_us <= s.min_pulse_us:
-            raise DriverConfigError(t.prefix, "max_rad and max_pulse_us must exceed their minimums")
-        t.done()
-        return s
-
-    @classmethod
-    def _output(cls, name: str, t: Table) -> OutputSpec:
-        cls._name(name, t.prefix)
-        o = OutputSpec(name, t.int("pin", lo=2, hi=127))
-        t.done()
-        return o
+        analog = [AnalogSpec(name, a.channel, tuple(a.poly), ChannelSpec(
+            name=name, unit=a.unit, min=a.min, max=a.max, widget=a.widget, label=a.label, plot=a.plot,
+            warn_low=a.warn_low, warn_high=a.warn_high, crit_low=a.crit_low, crit_high=a.crit_high))
+            for name, a in named_tables(t.analog, AnalogTable, "analog").items()]
+        digital = [DigitalSpec(name, d.pin, d.pullup, d.active_low)
+                   for name, d in named_tables(t.digital, DigitalTable, "digital").items()]
+        wheels = [WheelSpec(name, w.pwm_pin, w.dir_pin, w.max_rad_s, w.invert, w.pwm_max)
+                  for name, w in named_tables(t.wheels, WheelTable, "wheels").items()]
+        servos = [ServoSpec(name, v.pin, v.min_rad, v.max_rad, v.min_pulse_us, v.max_pulse_us)
+                  for name, v in named_tables(t.servos, ServoTable, "servos").items()]
+        outputs = [OutputSpec(name, o.pin) for name, o in named_tables(t.outputs, OutputTable, "outputs").items()]
+        return cls(t.port, baudrate=57600 if t.baudrate is None else t.baudrate,
+                   rate_hz=min(float(loop_rate), 100.0) if t.rate_hz is None else t.rate_hz,
+                   analog=analog, digital=digital, wheels=wheels, servos=servos, outputs=outputs,
+                   banner_wait_s=t.banner_wait_s, query_timeout_s=t.query_timeout_s, stale_s=t.stale_s,
+                   keep_alive_s=t.keep_alive_s, require_keep_alive=t.require_keep_alive, estop_pin=t.estop_pin,
+                   estop_active_low=t.estop_active_low, relay_pin=t.relay_pin,
+                   reconnect_timeout_s=t.reconnect_timeout_s)
 
     def __init__(self, port: str, *, baudrate: int = 57600, rate_hz: float = 50.0,
                  analog: list[AnalogSpec] = (), digital: list[DigitalSpec] = (), wheels: list[WheelSpec] = (),
@@ -227,17 +168,17 @@ class FirmataDriver(Driver):
         self.reconnect_timeout_s = reconnect_timeout_s
         names = [a.name for a in self.analog] + [d.name for d in self.digital]
         if len(set(names)) != len(names):
-            raise DriverConfigError("driver", f"channel names repeat: {names}")
+            raise DriverConfigError("", f"channel names repeat: {names}")
         acts = [w.name for w in self.wheels] + [s.name for s in self.servos] + [o.name for o in self.outputs]
         if len(set(acts)) != len(acts):
-            raise DriverConfigError("driver", f"actuator names repeat: {acts}")
+            raise DriverConfigError("", f"actuator names repeat: {acts}")
         pins = [w.pwm_pin for w in self.wheels] + [w.dir_pin for w in self.wheels] + [s.pin for s in self.servos] + \
             [o.pin for o in self.outputs] + [d.pin for d in self.digital] + ([relay_pin] if relay_pin is not None else [])
         dup = sorted({p for p in pins if pins.count(p) > 1})
         if dup:
-            raise DriverConfigError("driver", f"pin(s) {dup} used twice")
+            raise DriverConfigError("", f"pin(s) {dup} used twice")
         if not names:
-            raise DriverConfigError("driver.analog", "configure at least one channel")
+            raise DriverConfigError("analog", "configure at least one channel")
         self._channel_specs = [a.spec for a in self.analog] + [
             ChannelSpec(name=d.name, unit="", min=0.0, max=1.0, widget="lamp", kind="digital", decimals=0)
             for d in self.digital]
@@ -250,7 +191,7 @@ class FirmataDriver(Driver):
         self._reset_values()
         self.firmware: tuple[int, int, str] | None = None
         self.protocol_version: tuple[int, int] | None = None
-        self.capabilities: tuple[dict[int, int], ...] = ()
+        self.pin_capabilities: tuple[dict[int, int], ...] = ()
         self.analog_map: tuple[int | None, ...] = ()
         self.has_keep_alive = False
         self._last_keep_alive_t = 0.0
@@ -347,7 +288,7 @@ class FirmataDriver(Driver):
                                 retries=1)
         except DriverTimeoutError as err:
             raise DriverOpenError(f"firmata: the board on {self.port!r} did not answer the capability query") from err
-        self.capabilities = caps.pins  # type: ignore[attr-defined]
+        self.pin_capabilities = caps.pins  # type: ignore[attr-defined]
         self.analog_map = amap.channels  # type: ignore[attr-defined]
         name = self.firmware[2] if self.firmware else ""
         self.has_keep_alive = "FirmataExpress" in name
@@ -355,10 +296,10 @@ class FirmataDriver(Driver):
             raise DriverOpenError(f"firmata: firmware {name!r} has no KEEP_ALIVE and require_keep_alive is set")
         self._check_pins()
         logger.info("firmata: %s protocol %s on %s, %d pins", name or "unknown firmware", self.protocol_version,
-                    self.port, len(self.capabilities))
+                    self.port, len(self.pin_capabilities))
 
     def _check_pins(self) -> None:
-        caps = self.capabilities
+        caps = self.pin_capabilities
 
         def need(pin: int, mode: fp.PinMode, what: str) -> None:
             if pin >= len(caps) or int(mode) not in caps[pin]:

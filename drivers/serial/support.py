@@ -1,18 +1,26 @@
-"""What the serial drivers share beyond the link: config-table checks, reconnect with backoff.
+"""What the serial drivers share beyond the link: their config table's common keys, reconnect with backoff.
 
-Config checks raise :class:`DriverConfigError` naming the key (dotted within
-the ``[driver]`` table) so a wrong profile says exactly what to fix.
+Each serial driver's ``[driver]`` table is a msgspec Struct built on :class:`SerialTable`, converted
+with :func:`drivers.tables.convert_table`, so a bad key raises :class:`DriverConfigError` naming it
+(dotted within the ``[driver]`` table: ``port``, ``analog.battery.poly``) and a wrong profile says
+exactly what to fix. Named sub-tables (channels, wheels, axes) go through :func:`named_tables`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
+import re
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Annotated, Any, Callable, Mapping, TypeVar
+
+import msgspec
+from msgspec import Meta
 
 from drivers.errors import DriverConfigError, DriverError
+from drivers.tables import convert_table
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 logger = logging.getLogger(__name__)
 
@@ -20,85 +28,49 @@ logger = logging.getLogger(__name__)
 BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 
 
-class Table:
-    """A ``[driver]`` (sub)table read key by key; :meth:`done` refuses the keys nobody read.
+class SerialTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """What every serial driver's ``[driver]`` table has (each driver's struct adds its own keys)."""
 
-    >>> t = Table({"port": "loop://", "baudrate": 9600}, "driver")
-    >>> t.str("port"), t.int("baudrate", lo=300)
-    ('loop://', 9600)
-    >>> t.done()
-    >>> Table({"rate": "x"}, "driver").number("rate")
+    name: str = ""
+    port: Annotated[str, Meta(min_length=1)]  # a device path or a pyserial URL (loop://, socket://host:port)
+    baudrate: Annotated[int, Meta(ge=300, le=4_000_000)] | None = None  # None: the driver's default
+    rate_hz: Annotated[float, Meta(ge=0.1, le=1000.0)] | None = None  # None: the driver's default
+    reconnect_timeout_s: Annotated[float, Meta(ge=0.0, le=3600.0)] = 10.0
+
+
+class SubTable(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A named sub-table (a channel, a wheel, an axis); :meth:`problem` is what its fields cannot say alone."""
+
+    def problem(self) -> tuple[str, str] | None:
+        """(key within the sub-table, or "" for the whole; what is wrong), or None."""
+        return None
+
+
+S = TypeVar("S", bound=SubTable)
+
+
+def named_tables(tables: Mapping[str, Any], cls: type[S], prefix: str) -> dict[str, S]:
+    """A table of named sub-tables (``[driver.analog.battery]`` …) as ``name → cls`` structs, each converted on
+    its own so an error names its key (msgspec would say ``analog[...]``); names are lower_snake_case.
+
+    >>> class Pin(SubTable):
+    ...     pin: int
+    >>> named_tables({"Led": {"pin": 3}}, Pin, "outputs")
     Traceback (most recent call last):
     ...
-    drivers.errors.DriverConfigError: driver.rate: must be a number, not 'x'
+    drivers.errors.DriverConfigError: outputs.Led: names are lower_case_with_underscores
     """
-
-    def __init__(self, data: Mapping[str, Any], prefix: str) -> None:
-        if not isinstance(data, Mapping):
-            raise DriverConfigError(prefix, "must be a table")
-        self.data = data
-        self.prefix = prefix
-        self.seen: set[str] = set()
-
-    def key(self, name: str) -> str:
-        return f"{self.prefix}.{name}" if self.prefix else name
-
-    def has(self, name: str) -> bool:
-        return name in self.data
-
-    def raw(self, name: str, default: Any = None) -> Any:
-        self.seen.add(name)
-        return self.data.get(name, default)
-
-    def str(self, name: str, default: str | None = None, choices: tuple[str, ...] | None = None) -> str:
-        v = self.raw(name, default)
-        if not isinstance(v, str) or not v:
-            raise DriverConfigError(self.key(name), "is required" if v is None else f"must be a text, not {v!r}")
-        if choices is not None and v not in choices:
-            raise DriverConfigError(self.key(name), f"must be one of {', '.join(choices)}, not {v!r}")
-        return v
-
-    def number(self, name: str, default: float | None = None, lo: float = -math.inf, hi: float = math.inf,
-               lo_open: bool = False) -> float:
-        v = self.raw(name, default)
-        if v is None:
-            raise DriverConfigError(self.key(name), "is required")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise DriverConfigError(self.key(name), f"must be a number, not {v!r}")
-        if v < lo or v > hi or (lo_open and v == lo):
-            lo_s = f"> {lo:g}" if lo_open else f">= {lo:g}"
-            raise DriverConfigError(self.key(name), f"must be {lo_s} and <= {hi:g}, not {v!r}")
-        return float(v)
-
-    def int(self, name: str, default: int | None = None, lo: int = -(2**63), hi: int = 2**63) -> int:
-        v = self.raw(name, default)
-        if v is None:
-            raise DriverConfigError(self.key(name), "is required")
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise DriverConfigError(self.key(name), f"must be an integer, not {v!r}")
-        if not lo <= v <= hi:
-            raise DriverConfigError(self.key(name), f"must be in [{lo}, {hi}], not {v}")
-        return v
-
-    def optional_int(self, name: str, lo: int = 0, hi: int = 127) -> int | None:
-        return None if self.raw(name) is None else self.int(name, lo=lo, hi=hi)
-
-    def bool(self, name: str, default: bool) -> bool:
-        v = self.raw(name, default)
-        if not isinstance(v, bool):
-            raise DriverConfigError(self.key(name), f"must be true or false, not {v!r}")
-        return v
-
-    def tables(self, name: str) -> dict[str, "Table"]:
-        v = self.raw(name, {})
-        if not isinstance(v, Mapping):
-            raise DriverConfigError(self.key(name), "must be a table of tables")
-        return {k: Table(sub, f"{self.key(name)}.{k}") for k, sub in v.items()}
-
-    def done(self) -> None:
-        unknown = sorted(set(self.data) - self.seen)
-        if unknown:
-            raise DriverConfigError(self.key(unknown[0]), f"unknown key (known: {', '.join(sorted(self.seen))})")
+    out = {}
+    for name, sub in tables.items():
+        key = f"{prefix}.{name}"
+        if not _NAME.match(name):
+            raise DriverConfigError(key, "names are lower_case_with_underscores")
+        table = convert_table(sub, cls, key)
+        problem = table.problem()
+        if problem is not None:
+            raise DriverConfigError(f"{key}.{problem[0]}" if problem[0] else key, problem[1])
+        out[name] = table
+    return out
 
 
 def reconnect(open_once: Callable[[], None], timeout_s: float, stop: threading.Event | None = None,

@@ -30,6 +30,7 @@ import numpy as np
 __all__ = [
     "AttitudeFilter",
     "compass_heading_deg",
+    "dip_from_mag",
     "euler_zyx",
     "roll_pitch_from_accel",
     "rotation_from_rotvec",
@@ -169,6 +170,28 @@ def yaw_from_mag(mag, roll: float, pitch: float, declination: float = 0.0):
     return yaw
 
 
+def dip_from_mag(mag, roll: float, pitch: float) -> float:
+    """Dip (inclination) rad of a body-frame field reading: its angle below the horizon, positive down.
+
+    ``mag`` (3,) any unit, calibrated; ``roll`` and ``pitch`` the body's attitude. With the yaw it is
+    the field's direction in the world; with its magnitude, a check that the field is the Earth's
+    (a steel object nearby changes both: :mod:`server.runtime.estimation.magcheck`).
+
+    >>> round(math.degrees(dip_from_mag((0.0, 25.0, -43.30127), 0.0, 0.0)), 4)     # facing east, 60° dip
+    60.0
+    >>> R = rotation_zyx(0.2, -0.3, 1.0)
+    >>> round(math.degrees(dip_from_mag(R.T @ [0.0, 25.0, -43.30127], 0.2, -0.3)), 4)   # tilted: the same
+    60.0
+    """
+    mx, my, mz = (float(v) for v in mag)
+    cr, sr = math.cos(roll), math.sin(roll)
+    cp, sp = math.cos(pitch), math.sin(pitch)
+    # world "up" in body axes is the third row of R_world_body: (−sin p, cos p·sin r, cos p·cos r)
+    up = -sp * mx + cp * sr * my + cp * cr * mz
+    norm = math.sqrt(mx * mx + my * my + mz * mz)
+    return math.asin(max(-1.0, min(1.0, -up / norm))) if norm > 0.0 else math.nan
+
+
 def compass_heading_deg(yaw: float) -> float:
     """Compass heading in degrees [0, 360) for display: (90° − yaw) mod 360°, 0 = north, 90 = east.
 
@@ -226,8 +249,9 @@ class AttitudeFilter:
         self._north = (math.sin(self.declination), math.cos(self.declination))
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, keep_bias: bool = False) -> None:
         """Forget the estimate: the next update re-initialises from accelerometer and magnetometer.
+        ``keep_bias``: keep the gyro bias learnt so far (it is the gyro's, whatever else changed).
 
         >>> f = AttitudeFilter(); f.reset(); f.initialised
         False
@@ -235,8 +259,26 @@ class AttitudeFilter:
         # Unit quaternion (w, x, y, z) of R_world_body, kept in plain floats: at 3×3 sizes numpy's
         # per-call overhead dominates and this runs every tick of a loop that must hold 1 kHz.
         self._q = (1.0, 0.0, 0.0, 0.0)
-        self._bias = [0.0, 0.0, 0.0]
+        if not keep_bias or not hasattr(self, "_bias"):
+            self._bias = [0.0, 0.0, 0.0]
         self.initialised = False
+
+    def observe_at_rest(self, gyro, dt_s: float, tau_s: float = 2.0) -> None:
+        """The body is known to be still (its wheels are): the gyro reads its bias alone, so pull the bias
+        estimate toward the reading with time constant ``tau_s`` (a zero-angular-rate update). Unlike the
+        magnetometer's slow correction this needs no clean field, so the bias stays learnt where the
+        compass is disturbed and the gyro must carry the heading.
+
+        >>> f = AttitudeFilter()
+        >>> for _ in range(2000):
+        ...     f.observe_at_rest((0.001, -0.002, 0.004), 0.01)
+        >>> [round(float(v), 6) for v in f.gyro_bias]
+        [0.001, -0.002, 0.004]
+        """
+        k = min(1.0, dt_s / tau_s)
+        b = self._bias
+        self._bias = [b[0] + k * (float(gyro[0]) - b[0]), b[1] + k * (float(gyro[1]) - b[1]),
+                      b[2] + k * (float(gyro[2]) - b[2])]
 
     @property
     def R_world_body(self) -> np.ndarray:
@@ -312,6 +354,26 @@ class AttitudeFilter:
         pitch = math.asin(max(-1.0, min(1.0, -r20))) + 0.0
         yaw = math.atan2(2.0 * (x * y + w * z), 1.0 - 2.0 * (y * y + z * z))
         return math.atan2(r21, r22), pitch, yaw
+
+    def set_yaw(self, yaw: float) -> None:
+        """Turn the estimate about world z so that its yaw is ``yaw`` (rad), roll and pitch kept (e.g. back to
+        the heading of the last clean magnetometer reading, carried by the gyro, when a disturbance that
+        crept in is finally recognised).
+
+        >>> f = AttitudeFilter()
+        >>> R = rotation_zyx(0.1, -0.2, 0.5)
+        >>> _ = f.update(0.01, R.T @ [0, 0, 9.81], [0.0, 0.0, 0.0], R.T @ [0, 20e-6, -40e-6])
+        >>> f.set_yaw(-1.0)
+        >>> [round(v, 6) for v in f.euler]
+        [0.1, -0.2, -1.0]
+        """
+        if not self.initialised:
+            return
+        turn = 0.5 * (float(yaw) - self.euler[2])
+        c, s = math.cos(turn), math.sin(turn)
+        w, x, y, z = self._q
+        # q_z(turn) ⊗ q: a rotation about world z applied on the left
+        self._q = (c * w - s * z, c * x - s * y, c * y + s * x, c * z + s * w)
 
     def update(self, dt_s: float, acc, gyro, mag=None) -> tuple[float, float, float]:
         """Advance by ``dt_s`` seconds with one sample of each sensor; returns (roll, pitch, yaw) rad.

@@ -1,182 +1,69 @@
 """The gateway's aiohttp application: HTTP API, telemetry websocket, dashboard, video.
 
 The robot itself runs in the runtime process; this app talks to it through
-:class:`~server.gateway.runtime_client.RuntimeClient`. Every body is validated here, at
+:class:`~server.runtime_api.client.RuntimeClient`. Every body is validated here, at
 the edge, with the same structs the runtime checks again. Snapshots arrive serialised and
 are forwarded as they are. While the runtime is down, ``/api/state`` and the dashboard
 show ``fault`` ("robot runtime down") and commands get 503 ``runtime_down``; the e-stop
 is still answered 200 (there is nothing to move: the runtime halted on its way down, or
-died with the outputs cut by the driver's own watchdog, see docs/safety.md).
+died with the outputs cut by the driver's own watchdog, see docs/safety.md). A link lost
+while the runtime lives is not "down": the e-stop is sent again on the new link until the
+runtime confirms it (:meth:`RuntimeClient.estop`), and the state served is the last
+snapshot with its age (``age_s``, ``snapshot_stale``).
+
+What used to be in this module lives beside it: the app keys in :mod:`~server.gateway.keys`, what the
+state routes serve in :mod:`~server.gateway.state`, the command registry and its one dispatch in
+:mod:`~server.gateway.commands`, the dashboard's socket in :mod:`~server.gateway.ws_telemetry`.
+``handle_ws_message`` is re-exported here for code that still imports it from the app (a new transport
+calls :meth:`~server.gateway.commands.Dispatcher.dispatch` instead).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import socket
 import time
 from typing import Any
 
 import jinja2
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import web
 
-from server import commands
 from server.config import REPO_ROOT, Profile
-from server.errors import ApiError, MalformedError, RuntimeDownError, ValidationError
-from server.gateway.arms import arm_command, commands_for, setup_arms, zero_speed
+from server.errors import RuntimeDownError, ValidationError
+from server.gateway.admission import ADMISSION, admission
+from server.gateway.arms import setup_arms
+from server.gateway.auth import AUTH_KEY
+from server.gateway.auth.permissions import ADMIN
 from server.gateway.auth.wiring import csrf_token, setup_trust
-from server.gateway.connections import ConnectionGuard
-from server.gateway.hooks import HOOKS, Hooks, record_command
-from server.gateway.http import BODY_TIMEOUT, error_middleware, json_response, read_body, read_raw_body
+from server.gateway.commands import REGISTRY, add_routes
+from server.gateway.connections import GUARD, authenticated_middleware
+from server.gateway.fleet.robot import setup_fleet
+from server.gateway.hooks import HOOKS, Hooks
+from server.gateway.http import BODY_MIN_RATE, BODY_TIMEOUT, error_middleware, json_response, read_body
+from server.gateway.keys import BUCKETS, HUB, JINJA, PROFILE, RUNTIME
+from server.gateway.missions import setup_missions
 from server.gateway.navigation import setup_navigation
 from server.gateway.observability.setup import setup_observability
 from server.gateway.ratelimit import BucketRegistry
-from server.gateway.recording.setup import EVENT_LOG, setup_recording
+from server.gateway.recording.setup import EVENT_LOG, RECORDING_AUTH, setup_recording
 from server.gateway.robot_svg import robot_svg
-from server.gateway.runtime_client import DOWN_MESSAGE, RuntimeClient
-from server.gateway.telemetry import TelemetryClient, TelemetryHub, dumps
+from server.gateway.state import current_snapshot, robot_description, state_text
+from server.gateway.telemetry import TelemetryHub, dumps
 from server.gateway.video import VIDEO_KEY, VideoService, camera_factory, setup_video
 from server.gateway.vision.routes import setup_vision
-from server.protocol import dumps as dumps_bytes
-from server.runtime_api import ARM_COMMANDS, AcquisitionParams
-from server.validation import MAX_BODY_BYTES, convert, number, parse_object, reject_unknown
+from server.gateway.webrtc import setup_webrtc
+from server.gateway.ws_telemetry import handle_ws_message, telemetry_ws
+from server.runtime_api.client import DOWN_MESSAGE, RuntimeClient
+from server.runtime_api.params import AcquisitionParams
+from server.runtime_api.protocol import dumps as dumps_bytes
+from server.validation import MAX_BODY_BYTES, convert, number
 
 log = logging.getLogger(__name__)
 
 WEB_DIR = REPO_ROOT / "web"
 
-PROFILE = web.AppKey("profile", Profile)
-RUNTIME = web.AppKey("runtime", RuntimeClient)
-HUB = web.AppKey("telemetry_hub", TelemetryHub)
-JINJA = web.AppKey("jinja", jinja2.Environment)
-BUCKETS = web.AppKey("command_buckets", BucketRegistry)
-GUARD = web.AppKey("connection_guard", ConnectionGuard)
-#: websocket commands a feature adds to /ws/telemetry: type → ``await handler(body, source)`` → the runtime's result
-WS_COMMANDS = web.AppKey("ws_commands", dict)
 
-
-# ---------------------------------------------------------------------- description and state
-def robot_description(app: web.Application) -> dict[str, Any] | None:
-    """``GET /api/robot``: the runtime's description plus the gateway's own settings."""
-    desc = app[RUNTIME].description
-    if desc is None:
-        return None
-    video = app[PROFILE].video
-    return {**desc, "video": {"enabled": video.enabled, "source": video.source, "width": video.width,
-                              "height": video.height, "fps": video.fps}}
-
-
-def current_snapshot(app: web.Application) -> dict[str, Any]:
-    """The newest snapshot; while the runtime is down, the last one turned into a ``fault``."""
-    rt = app[RUNTIME]
-    snap = rt.latest_snapshot()
-    if rt.connected or rt.shutting_down and snap:
-        return snap
-    return down_snapshot(rt, snap)
-
-
-def down_snapshot(rt: RuntimeClient, last: dict[str, Any]) -> dict[str, Any]:
-    since = rt.down_since if rt.down_since is not None else time.monotonic()
-    values = last.get("values") or {}
-    return {
-        **last,
-        "seq": last.get("seq", 0),
-        "t": time.time(),
-        "state": "fault",
-        "cause": {"trigger": "runtime_down", "message": DOWN_MESSAGE, "t": since, "category": 0,
-                  "values": {"down_s": round(time.monotonic() - since, 3)}, "rule": None},
-        "setpoint": {k: (0.0 if isinstance(v, (int, float)) else None) for k, v in (last.get("setpoint") or {}).items()},
-        "command": {k: 0.0 for k in (last.get("command") or {})},
-        "stale": sorted(values),
-        "behavior": None,
-        "runtime": {"up": False, "down_s": round(time.monotonic() - since, 3)},
-    }
-
-
-def state_text(app: web.Application) -> bytes:
-    rt = app[RUNTIME]
-    if (rt.connected or rt.shutting_down) and rt.latest is not None:
-        return rt.latest
-    return dumps_bytes(current_snapshot(app))
-
-
-# ---------------------------------------------------------------------- commands
-async def run_command(app: web.Application, name: str, body: dict[str, Any], source: str,
-                      envelope: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Validate at the edge, then ask the runtime (which checks again). Returns its result. The motion
-    commands are the robot's profile's own (:mod:`server.gateway.arms`)."""
-    rt = app[RUNTIME]
-    if name in ("start", "stop", "reset", "heartbeat"):
-        commands.parse_bare(body, envelope)
-        return await rt.request(name)
-    desc = rt.description
-    if name != "speed" and name not in ARM_COMMANDS:
-        raise unknown_command(name, desc)
-    if desc is None:
-        raise RuntimeDownError(DOWN_MESSAGE)
-    if name != "speed":
-        return await arm_command(app, name, body, source, envelope)
-    if desc.get("profile", "rover") != "rover":
-        return await zero_speed(app, body, source, envelope)
-    speed = commands.parse_speed(body, desc["limits"], envelope)
-    params: dict[str, Any] = {"setpoint": {"linear": speed.linear, "angular": speed.angular}, "source": source}
-    if speed.ttl_s is not None:
-        params["ttl_s"] = speed.ttl_s
-    return await rt.request("setpoint", params)
-
-
-def unknown_command(name: str, desc: dict[str, Any] | None = None) -> ValidationError:
-    known = commands_for(desc.get("profile", "rover")) if desc else commands.COMMANDS
-    return ValidationError(f"unknown command {name!r}; known: {', '.join(known)}", code="unknown_command")
-
-
-def command_handler(name: str):
-    async def handle(request: web.Request) -> web.Response:
-        body: Any = None
-        try:
-            body = await read_body(request, allow_empty=name != "speed")
-            result = await run_command(request.app, name, body, "http")
-        except ApiError as err:
-            record_command(request, name, body, "http", error=err)
-            raise
-        record_command(request, name, body, "http", result)
-        return web.json_response({"ok": True, "state": result["state"]})
-
-    handle.__name__ = f"post_{name}"
-    return handle
-
-
-async def post_estop(request: web.Request) -> web.Response:
-    """The e-stop is never refused: it latches before the body is even read, whatever the body, its
-    content type or its size; a reason that is not a string of at most 200 characters is replaced
-    and the answer says so."""
-    rt = request.app[RUNTIME]
-    reply: dict[str, Any] = {"ok": True}
-    warnings = []
-    try:
-        reply["state"] = (await rt.request("estop"))["state"]
-    except ApiError as err:  # the runtime is down: nothing can move; say so, never refuse
-        reply["state"] = "fault"
-        warnings.append(f"{err.message}")
-    try:
-        raw = await read_raw_body(request)
-        reason, warning = commands.estop_reason(raw)
-    except Exception as err:  # noqa: BLE001 - nothing about the body may refuse the stop
-        reason, warning = "", f"body ignored: {err}"
-    if reason and rt.connected:
-        try:
-            await rt.request("estop_reason", {"reason": reason})
-        except ApiError:
-            pass
-    if warning:
-        warnings.append(warning)
-    if warnings:
-        reply["warning"] = "; ".join(warnings)
-    record_command(request, "estop", {"reason": reason} if reason else {}, "http", reply)
-    return web.json_response(reply)
-
-
+# ---------------------------------------------------------------------- reads
 async def get_state(request: web.Request) -> web.Response:
     return json_response(state_text(request.app))
 
@@ -223,13 +110,18 @@ async def put_acquisition(request: web.Request) -> web.Response:
 
 async def get_telemetry_stats(request: web.Request) -> web.Response:
     hub = request.app[HUB]
+    by_stream = hub.runtime_drops()
     clients = [{"peer": c.peer, "sent": c.sent, "direct": c.direct, "compressed": bool(c.ws.compress),
-                "dropped": c.dropped,
-                "refused": c.bucket.refused if c.bucket is not None else 0} for c in list(hub.clients)]
+                "dropped": c.dropped, "expired": c.expired,
+                "refused": c.bucket.refused if c.bucket is not None else 0, **c.subscription_json(),
+                **(c.stream.to_json(by_stream) if c.stream is not None else {})} for c in list(hub.clients)]
     rt = request.app[RUNTIME]
     return web.json_response({**hub.stats(), "per_client": clients,
-                              "runtime": {"connected": rt.connected, "pid": rt.runtime_pid, "connects": rt.connects},
-                              "connections": request.app[GUARD].stats() if GUARD in request.app else None})
+                              "runtime": {"connected": rt.connected, "down": rt.down, "pid": rt.runtime_pid,
+                                          "connects": rt.connects, "link_losses": rt.link_losses,
+                                          "pending": rt.pending(), "estops_retried": rt.estops_retried},
+                              "connections": request.app[GUARD].stats() if GUARD in request.app else None,
+                              "slots": request.app[ADMISSION].stats()})
 
 
 async def index(request: web.Request) -> web.Response:
@@ -245,155 +137,6 @@ async def index(request: web.Request) -> web.Response:
     return web.Response(text=html, content_type="text/html")
 
 
-# ---------------------------------------------------------------------- websocket
-async def telemetry_ws(request: web.Request) -> web.StreamResponse:
-    app = request.app
-    hub = app[HUB]
-    if len(hub.clients) >= hub.max_clients:
-        raise ApiError(f"too many telemetry clients (max {hub.max_clients})", code="busy", status=503)
-    tcfg = app[PROFILE].telemetry
-    # 4× the command limit: an e-stop that carries junk around it still arrives whole (it is never refused)
-    ws = web.WebSocketResponse(heartbeat=10.0, max_msg_size=4 * MAX_BODY_BYTES)
-    limit_send_buffer(request, tcfg.send_buffer_bytes)
-    await ws.prepare(request)
-    client = TelemetryClient(ws, request.remote or "?", request.transport)
-    client.send_control(f'{{"type":"hello","robot":{dumps(robot_description(app))},'
-                        f'"state":{state_text(app).decode()}}}')
-    hub.clients.add(client)
-    writer = client.task = asyncio.create_task(client.writer(), name=f"ws-writer-{client.peer}")
-    Hooks.call(app[HOOKS].on_ws_open, request, client)
-    bucket = app[BUCKETS].get(request.remote or "?")  # per address: reconnecting buys no fresh burst
-    client.bucket = bucket
-    last_refusal_reply = -math.inf
-    try:
-        async for msg in ws:
-            if msg.type == WSMsgType.TEXT:
-                data = msg.data
-                if not bucket.take() and not commands.looks_like_estop(data):
-                    if bucket.flooding:
-                        log.warning("telemetry client %s keeps flooding (%d refused): closing it", client.peer,
-                                    bucket.refused)
-                        await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"rate limit exceeded")
-                        break
-                    now = time.monotonic()
-                    if now - last_refusal_reply >= 0.1:  # one reply per 100 ms, carrying the count
-                        last_refusal_reply = now
-                        client.send_control({"type": "error", "id": None, "error": {
-                            "code": "rate_limited", "refused": bucket.refused,
-                            "message": f"over {tcfg.command_rate_hz:g} messages/s (burst "
-                                       f"{tcfg.command_burst}): message refused; keep flooding and the "
-                                       "socket closes (1008)"}})
-                else:
-                    reply = await handle_ws_message(app, data, request)
-                    if reply is not None:
-                        client.send_control(reply)
-            elif msg.type == WSMsgType.BINARY:
-                client.send_control({"type": "error", "id": None,
-                                     "error": {"code": "malformed", "message": "binary messages are not accepted"}})
-            elif msg.type == WSMsgType.ERROR:
-                break
-            await asyncio.sleep(0)  # a flooding reader yields to every other task after each message
-    finally:
-        hub.clients.discard(client)
-        writer.cancel()
-    return ws
-
-
-def limit_send_buffer(request: web.Request, nbytes: int) -> None:
-    """Cap the kernel send buffer so a slow client's backlog shows up as drops within a
-    fraction of a second instead of hiding megabytes of stale snapshots in the socket
-    (notes/performance.md §3: kernel buffers held seconds of video for a slow reader)."""
-    sock = request.transport.get_extra_info("socket") if request.transport else None
-    if sock is not None:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, nbytes)
-        except OSError:
-            log.debug("could not set SO_SNDBUF", exc_info=True)
-
-
-async def _ws_estop(app: web.Application, msg_id: Any, text: str, malformed: bool) -> dict[str, Any]:
-    rt = app[RUNTIME]
-    reply: dict[str, Any] = {"type": "ack", "id": msg_id, "command": "estop"}
-    try:
-        reply["state"] = (await rt.request("estop"))["state"]
-    except ApiError as err:
-        reply["state"] = "fault"
-        reply["warning"] = err.message
-        return reply
-    if malformed:
-        reply["warning"] = "message malformed: e-stop latched, the rest ignored"
-        return reply
-    reason, warning = commands.estop_reason(text)
-    if reason:
-        try:
-            await rt.request("estop_reason", {"reason": reason})
-        except ApiError:
-            pass
-    if warning:
-        reply["warning"] = warning
-    return reply
-
-
-async def handle_ws_message(app: web.Application, text: str, request: web.Request | None = None) -> dict[str, Any] | None:
-    """One client message → the reply to send (None: nothing). Any message whose ``type`` is
-    ``estop`` stops the robot, whatever else it carries or however malformed it is."""
-    msg_id = None
-    try:
-        if len(text) > MAX_BODY_BYTES and not commands.looks_like_estop(text):
-            raise MalformedError(f"message of {len(text)} bytes is over the {MAX_BODY_BYTES}-byte limit",
-                                 code="too_large", status=413)
-        try:
-            body = parse_object(text, max_bytes=4 * MAX_BODY_BYTES)
-        except ApiError:
-            if commands.looks_like_estop(text):
-                return await _ws_estop(app, None, text, malformed=True)
-            raise
-        msg_id = body.get("id")
-        if msg_id is not None and not isinstance(msg_id, (str, int)) or isinstance(msg_id, bool):
-            msg_id = None
-        kind = body.get("type")
-        if kind == "estop":
-            reply = await _ws_estop(app, msg_id, text, malformed=False)
-            if request is not None:
-                record_command(request, "estop", body, "websocket", reply)
-            return reply
-        if len(text) > MAX_BODY_BYTES:
-            raise MalformedError(f"message of {len(text)} bytes is over the {MAX_BODY_BYTES}-byte limit",
-                                 code="too_large", status=413)
-        if "id" in body and msg_id is None:
-            raise ValidationError("id must be a string or an integer", code="wrong_type")
-        if not isinstance(kind, str):
-            raise ValidationError("type is required and must be a string", code="missing_field")
-        extra = app.get(WS_COMMANDS, {})
-        if kind != "ping" and kind not in commands.COMMANDS and kind not in ARM_COMMANDS and kind not in extra:
-            raise unknown_command(kind, app[RUNTIME].description)  # before authorisation: a type nobody handles is no permission question
-        authorize = app[HOOKS].authorize_ws
-        if authorize is not None and request is not None:
-            authorize(request, kind)
-        if kind == "ping":
-            reject_unknown(body, {"type", "id", "t"})
-            t = number(body, "t", required=False)
-            return {"type": "pong", "id": msg_id, "t": t, "server_t": time.time()}
-        if kind == "heartbeat":
-            commands.parse_bare(body, commands.ENVELOPE)
-            if not app[RUNTIME].notify("heartbeat"):
-                raise RuntimeDownError(DOWN_MESSAGE)
-            return None  # at 10–50 Hz an ack per heartbeat is noise; errors still come back
-        try:
-            handler = extra.get(kind)
-            result = await (handler(body, "websocket") if handler is not None else
-                            run_command(app, kind, body, "websocket", commands.ENVELOPE))
-        except ApiError as err:
-            if request is not None:
-                record_command(request, kind, body, "websocket", error=err)
-            raise
-        if request is not None:
-            record_command(request, kind, body, "websocket", result)
-        return {"type": "ack", "id": msg_id, "command": kind, "state": result["state"]}
-    except ApiError as err:
-        return {"type": "error", "id": msg_id, "error": err.to_json()}
-
-
 # ---------------------------------------------------------------------- debug (tests only)
 async def debug_block(request: web.Request) -> web.Response:
     """Block the gateway's event loop on purpose (tests prove the runtime does not need it)."""
@@ -406,6 +149,7 @@ async def debug_block(request: web.Request) -> web.Response:
 async def debug_driver(request: web.Request) -> web.Response:
     body = await read_body(request, allow_empty=False)
     return web.json_response(await request.app[RUNTIME].request("debug_driver", {"command": body}))
+
 
 
 # ---------------------------------------------------------------------- lifecycle
@@ -437,7 +181,7 @@ async def runtime_ctx(app: web.Application):
     async def while_down() -> None:  # the dashboard keeps seeing the fault (and for how long)
         while True:
             await asyncio.sleep(1.0)
-            if not rt.connected and not rt.shutting_down:
+            if rt.down and not rt.shutting_down:
                 on_snapshot(dumps_bytes(current_snapshot(app)))
 
     rt.on_snapshot, rt.on_event, rt.on_link = on_snapshot, on_event, on_link
@@ -467,7 +211,9 @@ def create_app(profile: Profile, runtime: RuntimeClient, *, bound_host: str | No
     app[RUNTIME] = runtime
     app[HOOKS] = Hooks()
     app[BODY_TIMEOUT] = profile.server.body_timeout_s
-    app[HUB] = TelemetryHub(profile.telemetry.max_clients, profile.server.writer_stall_s)
+    app[BODY_MIN_RATE] = profile.server.body_min_rate_bytes_s
+    app[HUB] = TelemetryHub(profile.server.writer_stall_s)
+    admission(app).add_pool("telemetry", "telemetry sockets", profile.telemetry.slots(), "telemetry", "max_clients")
     app[BUCKETS] = BucketRegistry(profile.telemetry.command_rate_hz, profile.telemetry.command_burst)
     app[JINJA] = jinja2.Environment(loader=jinja2.FileSystemLoader(str(WEB_DIR / "templates")), autoescape=True)
     app.cleanup_ctx.append(runtime_ctx)
@@ -483,29 +229,46 @@ def create_app(profile: Profile, runtime: RuntimeClient, *, bound_host: str | No
     r.add_get("/api/events", get_events)
     r.add_get("/api/acquisition", get_acquisition)
     r.add_put("/api/acquisition", put_acquisition)
-    for name in commands.COMMANDS:
-        r.add_post(f"/api/{name}", post_estop if name == "estop" else command_handler(name))
+    add_routes(app, REGISTRY)  # every command's route (server/gateway/commands.py)
     r.add_get("/api/telemetry", get_telemetry_stats)
     r.add_get("/ws/telemetry", telemetry_ws)
-    setup_navigation(app, RUNTIME)
+    setup_navigation(app)
+    setup_missions(app)
     setup_arms(app)
     if profile.debug.routes:
         r.add_post("/api/debug/block", debug_block)
         r.add_post("/api/debug/driver", debug_driver)
     if profile.video.enabled:
+        # the simulator's true pose comes on the runtime's declared ``truth`` channel (docs/runtime-api.md), not
+        # from the public snapshot: the camera renders what the robot sees even if the snapshot drops ``truth``
+        if "truth" not in runtime.topics:
+            runtime.topics = [*runtime.topics, "truth"]
+
         def pose() -> dict[str, float]:
-            truth = runtime.latest_snapshot().get("truth") or {}
+            truth = runtime.latest_truth
             return {k: truth[k] for k in ("x", "y", "z", "yaw", "pitch", "roll") if k in truth} | \
                 {"t": truth.get("sim_time_s", 0.0)}
 
         context = {"pose": pose, "world": lambda: (runtime.description or {}).get("world")}
         setup_video(app, VideoService(camera_factory(context), profile.video), profile.server.writer_stall_s)
-    app[WS_COMMANDS] = setup_vision(app, profile, runtime, app.get(VIDEO_KEY))  # docs/vision.md
+    setup_vision(app, profile, runtime, app.get(VIDEO_KEY))  # docs/vision.md
     static = WEB_DIR / "static"
     r.add_static("/static/", static, append_version=False)
     setup_trust(app, profile.auth, bound_host=bound_host or profile.server.host, hooks=app[HOOKS], hub=app[HUB],
-                runtime=runtime, **auth_options)
+                runtime=runtime, commands=REGISTRY.permission_rows(), **auth_options)
+    if RECORDING_AUTH in app:  # stopping the always-on recording (the black box) is for an admin
+        svc = app[AUTH_KEY]
+
+        async def admin(request: web.Request) -> None:
+            svc.authorize_rule(svc.principal(request), ADMIN)
+
+        app[RECORDING_AUTH].admin = admin
+    setup_webrtc(app, profile.webrtc, bound_host or profile.server.host, profile.debug.routes)  # docs/video.md
+    setup_fleet(app, profile.fleet)  # docs/fleet.md: dial out to the fleet's router when [fleet] enabled
+    # inside the trust layer's middleware: the connection guard learns which connections authenticated
+    app.middlewares.append(authenticated_middleware(app[AUTH_KEY].principal))
     return app
 
 
-__all__ = ["HOOKS", "HUB", "Hooks", "PROFILE", "RUNTIME", "create_app", "current_snapshot", "robot_description"]
+__all__ = ["GUARD", "HOOKS", "HUB", "Hooks", "PROFILE", "RUNTIME", "create_app", "current_snapshot", "handle_ws_message",
+           "robot_description"]

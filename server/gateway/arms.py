@@ -3,12 +3,15 @@ runs and their reports, FAULHABER programs. The work runs in the runtime; these 
 
 Motion commands — HTTP ``POST /api/joints``, ``/api/jog``, ``/api/tool``, ``/api/tool/jog`` (SCARA),
 ``/api/pose`` (Stewart), and the same as websocket messages (``joints``, ``jog``, ``tool``, ``tool_jog``,
-``pose``) — are each one setpoint struct of :mod:`server.runtime_api`, converted and checked against the
-robot's limits here (:func:`arm_command`) and checked again in the runtime, which also refuses what only
-kinematics can tell (unreachable, singular, out of the stroke). A robot takes only its own profile's
-commands (:data:`server.runtime_api.PROFILE_COMMANDS`): the others are ``unavailable`` (409), except a
-zero ``speed`` — the dashboard's "stand still" when it reconnects or the operator leaves — which an arm
-takes as a hold.
+``pose``) — are each one setpoint struct of :mod:`server.runtime_api.params`, converted and checked against the
+robot's limits here (:func:`motion_parser`) and checked again in the runtime, which also refuses what only
+kinematics can tell (unreachable, singular, out of the stroke). A robot takes only the commands its
+controller declares (``GET /api/robot`` → ``commands``): the others are ``unavailable`` (409, the
+dispatcher's check), except a zero ``speed`` — the dashboard's "stand still" when it reconnects or the
+operator leaves — which an arm takes as a hold (:func:`server.gateway.commands.parse_speed`).
+
+Each command is one entry of :data:`COMMANDS` (:mod:`server.gateway.registry`); its route, websocket type,
+permission and recording come from there (:mod:`server.gateway.commands`).
 
 Trajectories: ``POST /api/trajectory`` with ``{"series": name}`` or ``{"trajectory": {"t_s": [...],
 axis: [...]}}`` (JSON) or CSV text (``content-type: text/csv``, header ``t_s,axis,...``), up to
@@ -32,9 +35,13 @@ from aiohttp import web
 
 from robotics.trajectory import MAX_AXES, MAX_POINTS, Trajectory
 from server.errors import ConflictError, MalformedError, RuntimeDownError, ValidationError
-from server.gateway.http import read_raw_body
+from server.gateway.auth.permissions import LEASE, LEASE_CSV, OPERATOR_CSV
+from server.gateway.keys import RUNTIME
+from server.gateway.registry import Command, Context, RawBody
 from server.gateway.reports.svg import line_plot
-from server.runtime_api import ARM_COMMANDS, PROFILE_COMMANDS, Hold
+from server.runtime_api.client import DOWN_MESSAGE
+from server.runtime_api.params import (ARM_COMMANDS, ProgramParams, TrajectoryRunParams, check_trajectory_times,
+                                       check_waypoints, trajectory_from_columns)
 from server.validation import convert, number, parse_object, reject_unknown
 
 #: largest trajectory or program body, bytes (a 100 000-point trajectory of 7 columns is ~12 MB of JSON)
@@ -44,66 +51,31 @@ PART_BYTES = 40_000
 #: characters one number takes in a part at most (orjson prints up to 17 significant digits)
 _NUMBER_CHARS = 25
 
-COMMON_COMMANDS = ("start", "stop", "reset", "heartbeat", "estop")
-
-
-def _runtime(app: web.Application) -> Any:
-    from server.gateway.app import RUNTIME  # app.py calls setup_arms: imported when used
-
-    return app[RUNTIME]
-
-
-def _description(app: web.Application) -> dict[str, Any]:
-    from server.gateway.runtime_client import DOWN_MESSAGE
-
-    desc = _runtime(app).description
-    if desc is None:
+def description(ctx: Context) -> dict[str, Any]:
+    """The runtime's description, or 503 ``runtime_down``."""
+    if ctx.description is None:
         raise RuntimeDownError(DOWN_MESSAGE)
-    return desc
+    return ctx.description
 
 
-def commands_for(profile: str) -> tuple[str, ...]:
-    """Every command a robot of ``profile`` takes (HTTP route or websocket message type)."""
-    return COMMON_COMMANDS + PROFILE_COMMANDS.get(profile, ())
+def motion_parser(name: str) -> Any:
+    """The parser of a motion command of an arm or the platform: its setpoint struct, ``ttl_s``, the robot's
+    limits (the runtime checks again: reach, singularity, stroke)."""
+    async def parse(body: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        limits = description(ctx)["limits"]
+        sp = convert(body, ARM_COMMANDS[name], also_allowed=("ttl_s",))
+        ttl_s = number(body, "ttl_s", 0.001, limits["ttl_max_s"], required=False)
+        sp.check(limits)
+        params: dict[str, Any] = {"setpoint": msgspec.to_builtins(sp)}
+        if ttl_s is not None:
+            params["ttl_s"] = ttl_s
+        return params
+    return parse
 
 
-def refuse_foreign(desc: dict[str, Any], name: str) -> None:
-    """409 ``unavailable`` for a known command of another profile; 422 ``unknown_command`` for no command at all."""
-    profile = desc.get("profile", "rover")
-    known = commands_for(profile)
-    if name in known:
-        return
-    if any(name in cmds for cmds in PROFILE_COMMANDS.values()):
-        raise ConflictError(f"{name} is not a command of this robot (a {profile}); it takes: {', '.join(known)}",
-                            code="unavailable")
-    raise ValidationError(f"unknown command {name!r}; known: {', '.join(known)}", code="unknown_command")
-
-
-async def arm_command(app: web.Application, name: str, body: dict[str, Any], source: str,
-                      envelope: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A motion command of an arm or the platform: edge checks, then the runtime's ``setpoint`` method."""
-    desc = _description(app)
-    refuse_foreign(desc, name)
-    limits = desc["limits"]
-    sp = convert(body, ARM_COMMANDS[name], also_allowed=(*envelope, "ttl_s"))
-    ttl_s = number(body, "ttl_s", 0.001, limits["ttl_max_s"], required=False)
-    sp.check(limits)
-    params: dict[str, Any] = {"setpoint": msgspec.to_builtins(sp), "source": source}
-    if ttl_s is not None:
-        params["ttl_s"] = ttl_s
-    return await _runtime(app).request("setpoint", params)
-
-
-async def zero_speed(app: web.Application, body: dict[str, Any], source: str,
-                     envelope: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``speed`` sent to an arm: zero (stand still) is a hold; anything else is the rover's and refused."""
-    from server.commands import Speed
-
-    desc = _description(app)
-    speed = convert(body, Speed, also_allowed=envelope)
-    if speed.linear != 0.0 or speed.angular != 0.0:
-        refuse_foreign(desc, "speed")
-    return await _runtime(app).request("setpoint", {"setpoint": msgspec.to_builtins(Hold()), "source": source})
+async def setpoint(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    """The runtime's ``setpoint`` method, with the transport as its ``source``."""
+    return await ctx.request("setpoint", {**params, "source": ctx.transport.name, **ctx.stamps})
 
 
 # ---------------------------------------------------------------------- trajectories
@@ -145,10 +117,16 @@ def parse_trajectory_body(raw: bytes, csv: bool, wrapped: bool = True,
     if csv:
         try:
             tr = Trajectory.from_csv(text)
-        except ValueError as err:
+        except (ValueError, OverflowError) as err:
             raise ValidationError(f"trajectory: {err}", code="invalid") from None
+        check_trajectory_times(tr.times_s)
         return "columns", tr.to_json()
-    body = parse_object(text, max_bytes=MAX_TRAJECTORY_BYTES)
+    return trajectory_from_body(parse_object(text, max_bytes=MAX_TRAJECTORY_BYTES), wrapped, series_keys)
+
+
+def trajectory_from_body(body: dict[str, Any], wrapped: bool = True,
+                         series_keys: tuple[str, ...] = ("series", "amplitude")) -> tuple[str, Any]:
+    """:func:`parse_trajectory_body` of a decoded JSON object (a websocket message's body)."""
     if "series" in body:
         reject_unknown(body, series_keys)
         if not isinstance(body["series"], str):
@@ -166,11 +144,7 @@ def parse_trajectory_body(raw: bytes, csv: bool, wrapped: bool = True,
     if not isinstance(columns, dict):
         raise ValidationError('give "series" (a name) or "trajectory" ({"t_s": [...], axis: [...]})',
                               code="missing_field")
-    try:
-        tr = Trajectory.from_columns(columns)
-    except ValueError as err:
-        raise ValidationError(f"trajectory: {err}", code="invalid") from None
-    return "columns", tr.to_json()
+    return "columns", trajectory_from_columns(columns).to_json()
 
 
 def parts_of(columns: dict[str, list[float]]) -> list[dict[str, list[float]]]:
@@ -180,63 +154,98 @@ def parts_of(columns: dict[str, list[float]]) -> list[dict[str, list[float]]]:
     return [{k: v[i:i + rows] for k, v in columns.items()} for i in range(0, n, rows)] or [columns]
 
 
-async def _read_big_body(request: web.Request) -> tuple[bytes, bool]:
-    """The whole body (up to :data:`MAX_TRAJECTORY_BYTES`) and whether it is CSV. A body this big arrives in many
-    chunks: read until the end, within ``server.body_timeout_s``."""
-    if request.content_length is not None and request.content_length > MAX_TRAJECTORY_BYTES:
-        raise MalformedError(f"body of {request.content_length} bytes is over the {MAX_TRAJECTORY_BYTES}-byte limit",
-                             code="too_large", status=413)
-    body = await read_raw_body(request, MAX_TRAJECTORY_BYTES)
-    if len(body) > MAX_TRAJECTORY_BYTES:
-        raise MalformedError(f"body is over the {MAX_TRAJECTORY_BYTES}-byte limit", code="too_large", status=413)
-    return body, request.content_type in ("text/csv", "text/plain")
-
-
 UPLOAD_LOCK = web.AppKey("trajectory_upload_lock", asyncio.Lock)
 
 
-async def post_trajectory(request: web.Request) -> web.Response:
-    app = request.app
-    _description(app)
-    raw, csv = await _read_big_body(request)
-    kind, data = await asyncio.to_thread(parse_trajectory_body, raw, csv)
-    rt = _runtime(app)
+async def parse_trajectory(body: Any, ctx: Context) -> tuple[str, Any]:
+    """``POST /api/trajectory`` (JSON or CSV, up to 16 MiB) or a message's body: decoded and checked in a worker
+    thread (a big body takes tens of milliseconds)."""
+    description(ctx)
+    if isinstance(body, RawBody):
+        return await asyncio.to_thread(parse_trajectory_body, body.data, body.csv)
+    return await asyncio.to_thread(trajectory_from_body, body)
+
+
+async def run_trajectory(ctx: Context, parsed: tuple[str, Any]) -> dict[str, Any]:
+    kind, data = parsed
     if kind == "series":
-        result = await rt.request("trajectory_run", data)
-    else:
-        async with app[UPLOAD_LOCK]:  # one upload at a time: the runtime keeps one
-            upload = secrets.token_hex(8)
-            for part, cols in enumerate(parts_of(data)):
-                await rt.request("trajectory_upload", {"upload": upload, "part": part, "columns": cols})
-            result = await rt.request("trajectory_run", {"upload": upload})
-    return web.json_response(result)
+        return await ctx.request("trajectory_run", data)
+    async with ctx.app[UPLOAD_LOCK]:  # one upload at a time: the runtime keeps one
+        upload = secrets.token_hex(8)
+        for part, cols in enumerate(parts_of(data)):
+            await ctx.request("trajectory_upload", {"upload": upload, "part": part, "columns": cols})
+        return await ctx.request("trajectory_run", {"upload": upload})
 
 
-async def get_trajectory(request: web.Request) -> web.Response:
-    return web.json_response(await _runtime(request.app).request("trajectory"))
+def trajectory_summary(parsed: tuple[str, Any]) -> dict[str, Any]:
+    """How a trajectory run is recorded: the series asked for, or the size of the uploaded one (not its MBs)."""
+    kind, data = parsed
+    if kind == "series":
+        return dict(data)
+    return {"points": len(data["t_s"]), "axes": [k for k in data if k != "t_s"],
+            "duration_s": (data["t_s"][-1] - data["t_s"][0]) if data["t_s"] else 0.0}
 
 
-async def cancel_trajectory(request: web.Request) -> web.Response:
-    status = await _runtime(request.app).request("trajectory")
+async def parse_cancel(body: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    reject_unknown(body, ())
+    return {}
+
+
+async def cancel_trajectory(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    status = await ctx.request("trajectory")
     run = status.get("run") or {}
     if run.get("phase") not in ("approach", "run", "settle"):
         raise ConflictError("no trajectory is running", code="conflict")
-    return web.json_response(await _runtime(request.app).request("cancel_behavior"))
+    return await ctx.request("cancel_behavior")
 
 
-def _max_points(request: web.Request, default: int) -> int:
+async def parse_program(body: Any, ctx: Context) -> dict[str, Any]:
+    """A programmed joint motion (columns, CSV, or ``{"series", "step_s"}``); what the runtime would refuse is not
+    sent (nor its 100 KB frame)."""
+    description(ctx)
+    if isinstance(body, RawBody):
+        kind, data = await asyncio.to_thread(parse_trajectory_body, body.data, body.csv, False, ("series", "step_s"))
+    else:
+        kind, data = await asyncio.to_thread(trajectory_from_body, body, False, ("series", "step_s"))
+    if kind == "columns":
+        check_waypoints(len(data["t_s"]))
+    return data if kind == "series" else {"columns": data}
+
+
+async def make_program(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    return await ctx.request("program", params)
+
+
+def program_summary(params: dict[str, Any]) -> dict[str, Any]:
+    cols = params.get("columns")
+    return {"waypoints": len(cols["t_s"])} if cols else {k: v for k, v in params.items()}
+
+
+def program_reply(request: web.Request, result: dict[str, Any]) -> web.Response:
+    if request.query.get("format") == "json":
+        return web.json_response(result)
+    return web.Response(text=result["text"], content_type="text/plain",
+                        headers={"Content-Disposition": 'attachment; filename="faulhaber-program.txt"'})
+
+
+async def get_trajectory(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[RUNTIME].request("trajectory"))
+
+
+def max_points(request: web.Request, default: int, most: int = 2000) -> int:
+    """A report's ``?max_points=`` (2 to ``most``; 422 naming it otherwise)."""
     raw = request.query.get("max_points", str(default))
     try:
         value = int(raw)
     except ValueError:
         raise ValidationError(f"max_points must be an integer, not {raw!r}", code="wrong_type") from None
-    if not 2 <= value <= 2000:
-        raise ValidationError("max_points must be in [2, 2000]", code="out_of_limits")
+    if not 2 <= value <= most:
+        raise ValidationError(f"max_points must be in [2, {most}]", code="out_of_limits")
     return value
 
 
 async def get_report(request: web.Request) -> web.Response:
-    report = await _runtime(request.app).request("trajectory_report", {"max_points": _max_points(request, 400)})
+    report = await request.app[RUNTIME].request("trajectory_report", {"max_points": max_points(request, 400)})
     return web.json_response(report)
 
 
@@ -270,40 +279,39 @@ def report_svg(report: dict[str, Any]) -> str:
 
 
 async def get_report_svg(request: web.Request) -> web.Response:
-    report = await _runtime(request.app).request("trajectory_report", {"max_points": _max_points(request, 1000)})
+    report = await request.app[RUNTIME].request("trajectory_report", {"max_points": max_points(request, 1000)})
     svg = await asyncio.to_thread(report_svg, report)
     return web.Response(text=svg, content_type="image/svg+xml")
 
 
-async def post_program(request: web.Request) -> web.Response:
-    app = request.app
-    _description(app)
-    raw, csv = await _read_big_body(request)
-    kind, data = await asyncio.to_thread(parse_trajectory_body, raw, csv, False, ("series", "step_s"))
-    params = data if kind == "series" else {"columns": data}
-    result = await _runtime(app).request("program", params)
-    if request.query.get("format") == "json":
-        return web.json_response(result)
-    return web.Response(text=result["text"], content_type="text/plain",
-                        headers={"Content-Disposition": 'attachment; filename="faulhaber-program.txt"'})
+#: the motion commands of arms and platforms and their trajectory runs and programs (docs/arms.md)
+COMMANDS: tuple[Command, ...] = (
+    *(Command(name, path, LEASE, motion_parser(name), setpoint, body=ARM_COMMANDS[name], offered="declared",
+              doc=doc)
+      for name, path, doc in (
+          ("joints", "/api/joints", "move the joints there (scara)"),
+          ("jog", "/api/jog", "joint velocities (scara)"),
+          ("tool", "/api/tool", "the tool there, through inverse kinematics (scara)"),
+          ("tool_jog", "/api/tool/jog", "tool velocity (scara)"),
+          ("pose", "/api/pose", "the platform there (stewart)"))),
+    Command("trajectory", "/api/trajectory", LEASE_CSV, parse_trajectory, run_trajectory, body=TrajectoryRunParams,
+            record="summary", summary=trajectory_summary, reply="result", empty_ok=False, upload=True,
+            doc="check every sample, then run it (JSON or CSV, up to 16 MiB)"),
+    Command("trajectory_cancel", "/api/trajectory/cancel", LEASE, parse_cancel, cancel_trajectory, moves=False,
+            reply="result", doc="cancel the run"),
+    Command("program", "/api/program", OPERATOR_CSV, parse_program, make_program, body=ProgramParams, moves=False,
+            record="summary", summary=program_summary, reply="result", empty_ok=False, upload=True,
+            http_reply=program_reply, doc="the FAULHABER program of a joint motion (moves nothing)"),
+)
 
 
 def setup_arms(app: web.Application) -> None:
-    """Register the arm and platform routes (their commands go through ``app``'s command handler)."""
-    from server.gateway.app import command_handler
-
+    """The arm and platform routes that are no command (reads); the commands are :data:`COMMANDS`."""
     app[UPLOAD_LOCK] = asyncio.Lock()
     r = app.router
-    for name, path in (("joints", "/api/joints"), ("jog", "/api/jog"), ("tool", "/api/tool"),
-                       ("tool_jog", "/api/tool/jog"), ("pose", "/api/pose")):
-        r.add_post(path, command_handler(name))
     r.add_get("/api/trajectory", get_trajectory)
-    r.add_post("/api/trajectory", post_trajectory)
-    r.add_post("/api/trajectory/cancel", cancel_trajectory)
     r.add_get("/api/trajectory/report", get_report)
     r.add_get("/api/trajectory/report.svg", get_report_svg)
-    r.add_post("/api/program", post_program)
 
 
-__all__ = ["MAX_TRAJECTORY_BYTES", "arm_command", "commands_for", "refuse_foreign", "report_svg", "setup_arms",
-           "zero_speed"]
+__all__ = ["COMMANDS", "MAX_TRAJECTORY_BYTES", "motion_parser", "report_svg", "setup_arms", "setpoint"]

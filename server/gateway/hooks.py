@@ -7,7 +7,6 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from server.errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -18,9 +17,10 @@ class Hooks:
 
     * ``on_snapshot(data: bytes)`` — every snapshot, as the runtime serialised it (recorder, metrics);
     * ``on_event(event: dict)`` — every event from the runtime (and the gateway's own ``runtime_down``);
-    * ``on_command(record: dict)`` — every command a client sent, accepted or refused:
-      ``{"command", "body", "accepted", "state", "error", "source", "request"}`` (heartbeats excluded;
-      who sent it: ``request.app[AUTH_KEY].principal(request)``, :mod:`server.gateway.auth`);
+    * ``on_command(record: dict)`` — every command a client sent, accepted or refused, whatever transport
+      brought it: ``{"command", "body", "accepted", "state", "error", "source", "request", "principal"}``
+      (heartbeats excluded; called by the one command path, :meth:`server.gateway.commands.Dispatcher.dispatch`,
+      never by a handler);
     * ``on_settings(kind: str, settings: dict, request)`` — a settings change that was applied;
     * ``on_ws_open(request, client)`` — a telemetry websocket client joined, after its ``hello``
       (``client.send_control(msg)`` sends it a feature's state; the auth layer ends it with its session);
@@ -46,12 +46,3 @@ class Hooks:
 
 
 HOOKS = web.AppKey("hooks", Hooks)
-
-
-def record_command(request: web.Request, name: str, body: Any, source: str, result: dict[str, Any] | None = None,
-                   error: ApiError | None = None) -> None:
-    hooks = request.app[HOOKS].on_command
-    if hooks and name != "heartbeat":
-        Hooks.call(hooks, {"command": name, "body": body, "accepted": error is None, "source": source,
-                           "state": (result or {}).get("state"), "error": error.to_json() if error else None,
-                           "request": request})

@@ -1,8 +1,9 @@
-"""Routes of the rover's automatic motions and calibrations (docs/sensing.md); the work runs in the
-runtime (:mod:`server.runtime.calibration`), these validate at the edge and forward.
+"""The rover's automatic motions and calibrations (docs/sensing.md) as commands of the registry
+(:mod:`server.gateway.registry`), and ``GET /api/calibration``; the work runs in the runtime
+(:mod:`server.runtime.calibration`), these validate at the edge and forward.
 
-``POST /api/heading``, ``POST /api/calibration/magnetometer``, ``POST /api/calibration/uwb``,
-``GET /api/calibration``.
+``POST /api/heading``, ``POST /api/calibration/magnetometer``, ``POST /api/calibration/uwb`` (commands:
+recorded, on every transport), ``GET /api/calibration`` (a read).
 """
 
 from __future__ import annotations
@@ -11,47 +12,58 @@ from typing import Any
 
 from aiohttp import web
 
-from server.errors import ApiError
-from server.gateway.hooks import record_command
-from server.gateway.http import read_body
-from server.runtime_api import HeadingParams, MagParams, UwbParams
+from server.gateway.auth.permissions import ADMIN_LEASE_REAUTH, ADMIN_REAUTH, LEASE
+from server.gateway.keys import RUNTIME
+from server.gateway.registry import Command, Context
+from server.runtime_api.params import HeadingParams, MagParams, UwbParams
 from server.validation import check_range, convert
 
 
-def setup_navigation(app: web.Application, runtime_key: web.AppKey) -> None:
-    async def forward(request: web.Request, method: str, params: dict[str, Any]) -> web.Response:
-        try:
-            result = await request.app[runtime_key].request(method, params)
-        except ApiError as err:
-            if method != "calibration":
-                record_command(request, method, params, "http", error=err)
-            raise
-        if method != "calibration":  # the automatic motions and calibrations are commands too (recorded)
-            record_command(request, method, params, "http", result)
-        return web.json_response(result)
+async def parse_heading(body: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    p = convert(body, HeadingParams)  # its range is the struct's (Meta bounds)
+    return {"heading_deg": p.heading_deg}
 
-    async def post_heading(request: web.Request) -> web.Response:
-        p = convert(await read_body(request), HeadingParams)
-        check_range("heading_deg", p.heading_deg, 0.0, 360.0)
-        return await forward(request, "heading", {"heading_deg": p.heading_deg})
 
-    async def post_magnetometer(request: web.Request) -> web.Response:
-        p = convert(await read_body(request), MagParams)
-        if p.revolutions is not None:
-            check_range("revolutions", p.revolutions, 1.0, 10.0)
-        if p.rate_rad_s is not None:
-            check_range("rate_rad_s", p.rate_rad_s, 0.01, 50.0)  # the runtime checks the robot's own limit
-        return await forward(request, "calibrate_magnetometer", {"revolutions": p.revolutions, "rate_rad_s": p.rate_rad_s})
+async def parse_magnetometer(body: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    p = convert(body, MagParams)
+    if p.revolutions is not None:
+        check_range("revolutions", p.revolutions, 1.0, 10.0)
+    if p.rate_rad_s is not None:
+        check_range("rate_rad_s", p.rate_rad_s, 0.01, 50.0)  # the runtime checks the robot's own limit
+    return {"revolutions": p.revolutions, "rate_rad_s": p.rate_rad_s}
 
-    async def post_uwb(request: web.Request) -> web.Response:
-        p = convert(await read_body(request), UwbParams)
-        return await forward(request, "calibrate_uwb", {"pairs": p.pairs, "degree": p.degree})
 
+async def parse_uwb(body: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    p = convert(body, UwbParams)
+    return {"pairs": p.pairs, "degree": p.degree}
+
+
+def forward(method: str):
+    """The runtime call of a command whose method takes the validated params as they are."""
+    async def call(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+        return await ctx.request(method, params)
+    return call
+
+
+#: the automatic motions and calibrations, recorded as validated (the runtime converts them again)
+COMMANDS: tuple[Command, ...] = (
+    Command("heading", "/api/heading", LEASE, parse_heading, forward("heading"), body=HeadingParams,
+            record="params", reply="result", doc="turn in place to a compass heading"),
+    Command("calibrate_magnetometer", "/api/calibration/magnetometer", ADMIN_LEASE_REAUTH, parse_magnetometer,
+            forward("calibrate_magnetometer"), body=MagParams, record="params", reply="result",
+            doc="turn in place, sample, fit hard- and soft-iron, store"),
+    Command("calibrate_uwb", "/api/calibration/uwb", ADMIN_REAUTH, parse_uwb, forward("calibrate_uwb"),
+            body=UwbParams, moves=False, record="params", reply="result",
+            doc="fit the UWB range correction, store and apply it"),
+)
+
+
+def setup_navigation(app: web.Application) -> None:
+    """``GET /api/calibration`` (the commands are :data:`COMMANDS`)."""
     async def get_calibration(request: web.Request) -> web.Response:
-        return await forward(request, "calibration", {})
+        return web.json_response(await request.app[RUNTIME].request("calibration", {}))
 
-    r = app.router
-    r.add_post("/api/heading", post_heading)
-    r.add_post("/api/calibration/magnetometer", post_magnetometer)
-    r.add_post("/api/calibration/uwb", post_uwb)
-    r.add_get("/api/calibration", get_calibration)
+    app.router.add_get("/api/calibration", get_calibration)
+
+
+__all__ = ["COMMANDS", "setup_navigation"]

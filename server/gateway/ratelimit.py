@@ -10,12 +10,15 @@ violation). The e-stop never spends a token and is never refused (the caller che
 The clock is injected, so the tests need no sleeps.
 
 >>> t = [0.0]
->>> b = TokenBucket(rate_hz=10.0, burst=2, clock=lambda: t[0])
+>>> b = TokenBucket(rate_hz=4.0, burst=2, clock=lambda: t[0])
 >>> [b.take() for _ in range(3)]
 [True, True, False]
 >>> b.refused, b.flooding
 (1, False)
->>> t[0] = 0.1                      # one token back after 1/rate
+>>> t[0] = 0.25                     # 1/rate later: the refusal's debt is paid off first…
+>>> b.take()
+False
+>>> t[0] = 0.75                     # …(that refusal's too), then tokens come back at the rate
 >>> b.take()
 True
 """
@@ -23,7 +26,7 @@ True
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 class TokenBucket:
@@ -66,6 +69,18 @@ class TokenBucket:
     def flooding(self) -> bool:
         """The client has kept sending a whole burst beyond its allowance: close it."""
         return self.debt > self.burst
+
+
+def budget_key(principal: Any, remote: str | None) -> str:
+    """Whose budget a message spends: the sender's address, and within it its login session (or, for a bearer
+    token, its user) when it has one. Two users behind one NAT or reverse proxy share an address; keyed by the
+    address alone, one of them flooding (a viewer's refused messages still cost) would starve the other's
+    commands. A session's budget survives its reconnects, as an address's does (no fresh burst)."""
+    address = remote or "?"
+    if principal is None or getattr(principal, "via", "local") == "local":
+        return address
+    session = getattr(principal, "session_id", None)
+    return f"{address}|session:{session}" if session else f"{address}|{principal.via}:{principal.user}"
 
 
 class BucketRegistry:

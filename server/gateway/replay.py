@@ -8,9 +8,9 @@ instead of the runtime's socket. Recorded snapshots are forwarded byte for byte,
 gauges, plots and badges behave as they did live; recorded events reach the event log.
 
 No runtime, no driver: every robot command is refused with 409 ``replay`` — over HTTP by a
-middleware before any handler runs, over the websocket by ``ReplayRuntime.request``
-(the websocket e-stop, which the gateway never refuses, is acknowledged with that refusal
-as its ``warning``). There is no recorder (``/api/recordings/start`` is 409 ``no_recorder``)
+middleware before any handler runs, over the websocket by ``ReplayRuntime.request`` — except
+the e-stop, which is never refused: HTTP and websocket alike answer it (200, an ``ack``) with
+that refusal as its ``warning`` and ``latch: "unconfirmed"`` (issue 18: HTTP answered 409). There is no recorder (``/api/recordings/start`` is 409 ``no_recorder``)
 and no camera (``[video]`` is forced off: recorded frames are shown by Foxglove, not here).
 Playback is controlled through ``/api/replay`` (play, pause, seek, speed; see
 docs/recording.md) and the dashboard's REPLAY banner (web/static/js/replay.js).
@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +33,21 @@ import orjson
 from aiohttp import web
 
 from server.config import DEFAULT_CONFIG, GATEWAY_TABLES, ConfigError, load_config, parse_overrides
-from server.errors import ApiError
+from server.gateway.commands import ESTOP_COMMAND, REGISTRY
 from server.gateway.recording import topics
 from server.gateway.recording.reader import Msg, Recording, RecordingError
 from server.gateway.recording.replay import ReplaySource
 from server.gateway.recording.routes import replay_refusal
-from server.gateway.runtime_client import RuntimeClient
+from server.runtime_api.client import RuntimeClient
 
 log = logging.getLogger("teleop.replay")
 
-#: HTTP routes that act on the robot: refused in replay mode whatever their method (GETs of them are reads)
-ROBOT_ROUTES = ("/api/start", "/api/stop", "/api/reset", "/api/heartbeat", "/api/speed", "/api/estop",
-                "/api/acquisition", "/api/heading", "/api/calibration/", "/api/debug/", "/api/video")
+#: settings routes that act on the robot or its camera (no command: not in the registry)
+SETTINGS_ROUTES = ("/api/acquisition", "/api/debug/", "/api/video")
+#: HTTP routes that act on the robot: every command's (the registry's) and the settings'; refused in replay mode
+#: whatever their method (GETs of them are reads); not the e-stop, which is never refused (it is answered with the
+#: refusal as its warning)
+ROBOT_ROUTES = tuple(p for p in REGISTRY.robot_routes() if p != ESTOP_COMMAND.path) + SETTINGS_ROUTES
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -64,6 +67,12 @@ class ReplayRuntime(RuntimeClient):
         robot.setdefault("limits", {"linear_m_s": [0.0, 0.0], "angular_rad_s": [0.0, 0.0]})
         robot["replay"] = {"file": source.path.name}
         self.description = robot
+        # the recording's lookups (events, settings up to the playback position: a scan of a long file) have a
+        # thread of their own: on the default pool they queued behind, and held up, the gateway's other work
+        self._lookups = ThreadPoolExecutor(1, thread_name_prefix="replay-lookup")
+
+    async def _lookup(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._lookups, fn, *args)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -86,6 +95,7 @@ class ReplayRuntime(RuntimeClient):
         await super().stop()
         self.connected = False
         await asyncio.to_thread(self.replay_source.close)
+        self._lookups.shutdown(wait=False, cancel_futures=True)
 
     def _emit(self, m: Msg) -> None:
         if m.topic == topics.TELEMETRY:
@@ -102,21 +112,25 @@ class ReplayRuntime(RuntimeClient):
 
     # ------------------------------------------------------------------ requests
     async def request(self, method: str, params: dict[str, Any] | None = None,
-                      timeout_s: float | None = None) -> Any:
+                      timeout_s: float | None = None, principal: str | None = None) -> Any:
         params = params or {}
         if method == "state":
             return self.latest_snapshot()
         if method == "events":
             limit = params.get("limit", 100)
-            return {"events": await asyncio.to_thread(self._events_until_now, int(limit))}
+            return {"events": await self._lookup(self._events_until_now, int(limit))}
         if method == "acquisition":
-            return await asyncio.to_thread(self._acquisition_until_now)
+            return await self._lookup(self._acquisition_until_now)
         if method == "loop_stats":  # no loop runs here: nothing for the /metrics histogram
             return {}
         raise replay_refusal(method)
 
-    def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
+    def notify(self, method: str, params: dict[str, Any] | None = None, principal: str | None = None) -> bool:
         raise replay_refusal(method)
+
+    def set_control(self, principal: str | None) -> None:
+        """Nobody controls a recording: the lease changes, nothing is told."""
+        self.control = principal
 
     def _position(self) -> float:
         return self.replay_source.status()["position_t"]
@@ -187,37 +201,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(profile: Any, source: ReplaySource, args: argparse.Namespace) -> None:
-    from server.gateway.app import GUARD
-    from server.gateway.connections import ConnectionGuard
+    """The live gateway's way onto the network (:func:`server.gateway.serve.serve_app`): a recording shows the
+    robot's runs, so the same rules apply (no users → loopback only; TLS from ``[auth]``)."""
+    from server.gateway.serve import serve_app
 
-    from server.gateway.auth import AUTH_KEY, check_bind
-
-    scfg = profile.server
-    host = args.host or scfg.host
+    host = args.host or profile.server.host
     app = create_replay_app(profile, source, autoplay=not args.paused, bound_host=host)
-    # a recording shows the robot's runs: the same rule as the live gateway, no users → loopback only
-    check_bind(host, app[AUTH_KEY].users.configured)
-    guard = ConnectionGuard(scfg.max_connections, scfg.request_timeout_s)
-    app[GUARD] = guard
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=scfg.request_timeout_s)
-    await runner.setup()
-    guard.install(runner.server)
-    guard.start()
-    stop = asyncio.Event()
-    aio = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        aio.add_signal_handler(sig, stop.set)
-    try:
-        site = web.TCPSite(runner, host, scfg.port if args.port is None else args.port)
-        await site.start()
-        host, port = site._server.sockets[0].getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
+
+    def announce(url: str) -> None:
         log.info("replaying %s (%.1f s of recording)", source.path, source.end_t - source.start_t)
-        print(f"teleop listening on http://{shown}:{port}", flush=True)
-        await stop.wait()
-    finally:
-        await guard.stop()
-        await runner.cleanup()
+        print(f"teleop listening on {url}", flush=True)
+
+    await serve_app(app, profile, host=host, port=args.port, announce=announce)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     try:
-        overrides = parse_overrides([*args.set, "video.enabled=false"])
+        overrides = parse_overrides([*args.set, "video.enabled=false", "fleet.enabled=false"])  # a replay is no robot
         profile = load_config(args.config, overrides=overrides, tables=GATEWAY_TABLES)
     except ConfigError as err:
         print(f"teleop: configuration error: {err}", file=sys.stderr)
@@ -238,20 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RecordingError, ValueError) as err:
         print(f"teleop: cannot replay {path}: {err}", file=sys.stderr)
         return 2
-    from server.gateway.auth import BindRefused, UsersFileError
+    from server.gateway.serve import run_served
 
-    try:
-        asyncio.run(serve(profile, source, args))
-    except (BindRefused, UsersFileError) as err:
-        print(f"teleop: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"teleop: cannot listen: {err}", file=sys.stderr)
-        return 3
-    except ApiError as err:  # pragma: no cover - start-up refusals are reported, never raised as tracebacks
-        print(f"teleop: {err.message}", file=sys.stderr)
-        return 2
-    return 0
+    return run_served("the replay server", lambda: serve(profile, source, args))
 
 
 __all__ = ["ROBOT_ROUTES", "ReplayRuntime", "create_replay_app", "main", "replay_middleware"]

@@ -155,11 +155,12 @@ class Calibrations:
         self._aio: asyncio.AbstractEventLoop | None = None
         self._write_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
-        lim = profile.limits
-        self.max_rate = float(lim.angular_rad_s)
-        time_scale = stage.time_scale if stage is not None else 1.0
-        # plan with half the loop's angular ramp, seen on the driver's clock
-        self.brake = 0.5 * min(lim.angular_accel_rad_s2, lim.angular_decel_rad_s2) / time_scale
+        self.max_rate = self.brake = 0.0  # without an estimator there is nothing to calibrate (requests: 409)
+        if stage is not None:  # the calibrations turn the robot in place: a rover, with its [limits]
+            lim = profile.limits
+            self.max_rate = float(lim.angular_rad_s)
+            # plan with half the loop's angular ramp, seen on the driver's clock
+            self.brake = 0.5 * min(lim.angular_accel_rad_s2, lim.angular_decel_rad_s2) / stage.time_scale
 
     # ---- start-up and shut-down
     async def start(self) -> None:
@@ -193,11 +194,11 @@ class Calibrations:
         if st is None:
             return
         mag = calibrations.get("magnetometer")
-        if mag is not None and st.has_mag:
+        if mag is not None and st.attitude.has_mag:
             st.set_mag_calibration(mag["offset_ut"], mag["scale"])
         uwb = calibrations.get("uwb")
-        if uwb is not None and st.has_uwb:
-            st.set_range_correction(uwb["coefficients"])
+        if uwb is not None and st.position.has_uwb:
+            st.position.set_range_correction(uwb["coefficients"])
 
     # ---- persistence (event loop → worker thread)
     def persist(self) -> None:
@@ -253,7 +254,7 @@ class Calibrations:
     # ---- requests (runtime API methods)
     def require_stage(self, what: str, need_mag: bool = False, need_uwb: bool = False) -> EstimationStage:
         st = self.stage
-        if st is None or need_mag and not st.has_mag or need_uwb and not st.has_uwb:
+        if st is None or need_mag and not st.attitude.has_mag or need_uwb and not st.position.has_uwb:
             sensors = "an IMU" + (" and a magnetometer" if need_mag else "") + (" and UWB anchors" if need_uwb else "")
             raise ConflictError(f"{what} needs {sensors} (see docs/sensing.md)", code="unavailable")
         return st
@@ -262,7 +263,7 @@ class Calibrations:
         st = self.require_stage("turning to a heading", need_mag=True)
         behavior = HeadingBehavior(st, heading_deg, self.profile.heading, self.max_rate, self.brake)
         reply = {"ok": True, "state": self.loop.start_behavior(behavior), "behavior": behavior.status()}
-        warning = st.heading_warning()
+        warning = st.attitude.heading_warning()
         if warning:
             reply["warning"] = warning
         return reply
@@ -297,7 +298,7 @@ class Calibrations:
             "t": time.time(),
         }
         with self.loop.lock:
-            st.set_range_correction(coefficients)
+            st.position.set_range_correction(coefficients)
         self.calibrations["uwb"] = result
         self.persist()
         return {"ok": True, "uwb": result}
@@ -310,9 +311,9 @@ class Calibrations:
             "magnetometer": self.calibrations["magnetometer"],
             "uwb": self.calibrations["uwb"],
             "active": {
-                "magnetometer": None if st is None or st.mag_offset_ut is None else
-                {"offset_ut": list(st.mag_offset_ut), "scale": list(st.mag_scale or ())},
-                "uwb_range_correction": None if st is None else list(st.range_correction),
+                "magnetometer": None if st is None or st.attitude.mag_offset_ut is None else
+                {"offset_ut": list(st.attitude.mag_offset_ut), "scale": list(st.attitude.mag_scale or ())},
+                "uwb_range_correction": None if st is None else list(st.position.range_correction),
             },
             "defaults": {"uwb_range_correction": list(self.profile.estimation.uwb_range_correction)},
         }

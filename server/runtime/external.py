@@ -49,7 +49,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from drivers.base import ChannelSpec
 from robotics.estimation.markers import MarkerObservation
-from server.runtime_api import EXTERNAL_SOURCES
+from server.runtime.stage import Stage
+from server.runtime_api.params import EXTERNAL_SOURCES
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class Measurement:
     observations: tuple[MarkerObservation, ...] = ()
 
 
-class ExternalChannels:
+class ExternalChannels(Stage):
     """The stage (``name = "external"``); see the module docstring. ``reserved``: the driver's and the
     estimator's channel names, which no source may shadow; ``max_age_s``: older values become NaN."""
 

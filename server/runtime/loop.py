@@ -1,9 +1,14 @@
 """The control loop: a dedicated thread at a fixed rate with absolute deadlines, robot-neutral.
 
-Each tick: read the driver → run the stages (estimators) → run the safety supervisor →
-the active behaviour or the operator's setpoint → the profile's :class:`Controller` →
-write the driver (or halt, as the supervisor's :class:`OutputMode` says) → every N ticks
-publish a snapshot.
+Each tick is **read → update → write** (ros2_control's cycle), then publish:
+:meth:`ControlLoop._read` reads the driver and runs the stages (estimators,
+:mod:`server.runtime.stage`); :meth:`ControlLoop._update` runs the safety supervisor, the
+active behaviour or the operator's setpoint and the profile's :class:`Controller`;
+:meth:`ControlLoop._write` writes the driver (or halts it, as the supervisor's
+:class:`OutputMode` says); every N ticks a snapshot is recorded and published. Timing
+(deadlines, the spin tail, real-time priority, garbage collection, the figures) is
+:mod:`server.runtime.timing`'s. The loop knows no robot: what a controller, a stage, a
+behaviour or a driver can do, each declares (their base classes), nothing is probed.
 
 It runs in the runtime process (no web server shares its GIL) in a thread of its own,
 with ``SCHED_FIFO`` when granted, a 0.5 ms GIL switch interval and a sleep-then-spin tail
@@ -33,32 +38,26 @@ lock is held for microseconds.
 
 from __future__ import annotations
 
-import bisect
 import collections
-import gc
 import logging
 import math
-import os
-import sys
 import threading
 import time
-from typing import Annotated, Any, Callable, Protocol
+from typing import Annotated, Any, Callable, NamedTuple, Protocol
 
-import numpy as np
 from msgspec import Meta
 
 from drivers.base import Driver, DriverState
 from drivers.errors import DriverError, DriverLinkError
 from server.config import Table
 from server.runtime.controllers.base import Controller
+from server.runtime.freshness import Freshness, Governor, Stamp
 from server.runtime.reconnect import Activator, Reconnector, lifecycle_status
+from server.runtime.stage import Stage
 from server.runtime.supervisor import Event, Inputs, OutputMode, Refused, State, Supervisor
+from server.runtime.timing import GcPolicy, LoopStats, Schedule, try_realtime
 
 log = logging.getLogger(__name__)
-
-JITTER_WINDOW = 2048
-#: upper edges (µs) of the cumulative lateness histogram kept for the whole run (``loop_stats``)
-JITTER_BUCKETS_US = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 1e9)
 
 
 class LoopConfig(Table):
@@ -79,187 +78,6 @@ class LoopConfig(Table):
             self.max_stall_s = max(5.0 / self.rate_hz, 0.1)
 
 
-def percentiles(a: np.ndarray, qs: tuple[float, ...]) -> list[float]:
-    """``np.percentile(a, qs)`` (linear interpolation) by one partial sort: ~20 µs for the 2048-tick window
-    where three ``np.percentile`` calls took ~0.15 ms on the runtime's publishing thread.
-
-    >>> a = np.array([5.0, 1.0, 4.0, 2.0, 3.0])
-    >>> percentiles(a, (0, 50, 99, 100)) == [float(x) for x in np.percentile(a, [0, 50, 99, 100])]
-    True
-    """
-    n = len(a)
-    pos = [q / 100.0 * (n - 1) for q in qs]
-    ks = sorted({int(math.floor(p)) for p in pos} | {min(int(math.floor(p)) + 1, n - 1) for p in pos})
-    part = np.partition(a, ks)
-    out = []
-    for p in pos:
-        lo = int(math.floor(p))
-        hi = min(lo + 1, n - 1)
-        out.append(float(part[lo] + (part[hi] - part[lo]) * (p - lo)))
-    return out
-
-
-class LoopStats:
-    """Tick timing, written by the loop thread; read (approximately) by others."""
-
-    def __init__(self, rate_hz: float) -> None:
-        self.rate_hz = rate_hz
-        self.ticks = 0
-        self.missed = 0
-        self.overruns = 0
-        self.gc_collections = 0
-        self.realtime = "not started"
-        self.jitter_us = np.zeros(JITTER_WINDOW)
-        self.exec_us = np.zeros(JITTER_WINDOW)
-        self.jitter_counts = [0] * len(JITTER_BUCKETS_US)  # cumulative since start, per bucket
-        self.jitter_sum_us = 0.0
-        self.started_t = time.monotonic()
-        self._cached_at = -1.0
-        self._cached: dict[str, Any] | None = None
-
-    def record(self, late_s: float, exec_s: float) -> None:
-        i = self.ticks % JITTER_WINDOW
-        late_us = late_s * 1e6
-        self.jitter_us[i] = late_us
-        self.exec_us[i] = exec_s * 1e6
-        self.jitter_counts[bisect.bisect_left(JITTER_BUCKETS_US, late_us)] += 1
-        self.jitter_sum_us += late_us
-        self.ticks += 1
-
-    def histogram(self) -> dict[str, Any]:
-        """The whole run's lateness histogram (for benchmarks and ``/metrics``): bucket upper edges in µs
-        and the count in each, plus ticks, missed and overruns."""
-        return {"buckets_us": list(JITTER_BUCKETS_US), "counts": list(self.jitter_counts),
-                "sum_us": round(self.jitter_sum_us, 1), "ticks": self.ticks,
-                "missed": self.missed, "overruns": self.overruns, "gc_collections": self.gc_collections}
-
-    def to_json(self) -> dict[str, Any]:
-        """Figures over the last ticks; percentiles are recomputed at most every 0.5 s (they cost ~0.1 ms)."""
-        now = time.monotonic()
-        if now - self._cached_at < 0.5 and self._cached is not None:
-            return {**self._cached, "ticks": self.ticks, "missed": self.missed, "overruns": self.overruns}
-        self._cached_at = now
-        self._cached = self._compute()
-        return self._cached
-
-    def _compute(self) -> dict[str, Any]:
-        n = min(self.ticks, JITTER_WINDOW)
-        window = self.jitter_us[:n] if n else np.zeros(1)
-        p50, p99, top = percentiles(window, (50, 99, 100))
-        elapsed = time.monotonic() - self.started_t
-        return {
-            "rate_hz": self.rate_hz,
-            "measured_hz": round(self.ticks / elapsed, 2) if elapsed > 0 else 0.0,
-            "ticks": self.ticks,
-            "missed": self.missed,
-            "overruns": self.overruns,
-            "jitter_p50_us": round(p50, 1),
-            "jitter_p99_us": round(p99, 1),
-            "jitter_max_us": round(top, 1),
-            "exec_p99_us": round(percentiles(self.exec_us[:n] if n else np.zeros(1), (99,))[0], 1),
-            "gc_collections": self.gc_collections,
-            "realtime": self.realtime,
-        }
-
-
-def try_realtime(priority: int = 50) -> str:
-    """Ask for SCHED_FIFO for the calling thread; returns what was granted."""
-    if not hasattr(os, "sched_setscheduler"):
-        return "unsupported"
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-    except (PermissionError, OSError) as err:
-        log.warning("real-time priority refused (%s); the control loop runs at normal priority", err)
-        return f"normal (SCHED_FIFO refused: {err.strerror or err})"
-    # the GIL's default 5 ms switch interval would otherwise delay the loop thread (notes/performance.md §1)
-    sys.setswitchinterval(5e-4)
-    return f"SCHED_FIFO {priority}"
-
-
-class Schedule:
-    """Absolute deadlines, advanced one period at a time; a tick a whole period late skips (and
-    counts) the deadlines it missed rather than bursting to catch up (ros2_control does the same).
-
-    >>> s = Schedule(0.01, start=0.0)
-    >>> s.due(0.0100), s.advance()
-    ((0.0, 0.01, 0), None)
-    >>> late, dt, skipped = s.due(0.0452)      # the deadline was 0.02: 25 ms late
-    >>> round(late, 4), round(dt, 4), skipped
-    (0.0252, 0.0352, 2)
-    >>> s.advance(); round(s.next_t, 4)       # the next deadline after the skipped ones
-    0.05
-    """
-
-    def __init__(self, period_s: float, start: float) -> None:
-        self.period_s = period_s
-        self.next_t = start + period_s
-        self.last_t = start
-
-    def due(self, now: float) -> tuple[float, float, int]:
-        """(lateness of this tick, time since the previous tick, deadlines skipped)."""
-        late = now - self.next_t
-        skipped = 0
-        if late >= self.period_s:
-            skipped = int(late // self.period_s)
-            self.next_t += skipped * self.period_s
-        dt = now - self.last_t
-        self.last_t = now
-        return late, dt, skipped
-
-    def advance(self) -> None:
-        self.next_t += self.period_s
-
-
-class GcPolicy:
-    """Keep collections out of the tick.
-
-    :meth:`freeze` (after start-up) moves everything alive to the permanent generation and
-    turns automatic collection off; :meth:`collect` (loop thread, after a tick) collects the
-    young generation when enough objects were allocated and at least half a period is left
-    before the next deadline, and the older ones on a slow cadence. A 2-core VM measured a
-    full collection of the start-up heap at ~10 ms: frozen, it is never scanned again.
-    """
-
-    def __init__(self, enabled: bool, young_threshold: int = 700, old_every_s: float = 10.0) -> None:
-        self.enabled = enabled
-        self.young_threshold = young_threshold
-        self.old_every_s = old_every_s
-        self._next_old_t = 0.0
-
-    def freeze(self) -> None:
-        if not self.enabled:
-            return
-        gc.collect()
-        gc.freeze()
-        gc.disable()
-
-    def collect(self, now: float, slack_s: float, period_s: float) -> int:
-        """Collect if it is due and fits in the slack; returns the generation collected, or -1."""
-        if not self.enabled or slack_s < 0.5 * period_s:
-            return -1
-        if now >= self._next_old_t:
-            self._next_old_t = now + self.old_every_s
-            gc.collect(1)
-            return 1
-        if gc.get_count()[0] >= self.young_threshold:
-            gc.collect(0)
-            return 0
-        return -1
-
-
-class Stage(Protocol):
-    """Per-tick processing of a frame in the control thread (estimators): adds derived channels
-    to ``values`` in place, before the safety rules see them. Must be fast and never block.
-    Optional: ``status() -> dict`` (in the snapshot under the stage's ``name``),
-    ``sources(channels) -> set`` (the driver channels a derived one comes from) and
-    ``sample_times: dict`` (the host times of values it adds that were sampled elsewhere,
-    :mod:`server.runtime.external`: merged into the frame's, so they go stale like a sensor's)."""
-
-    name: str
-
-    def process(self, values: dict[str, float], dt_s: float, now: float) -> None: ...
-
-
 class Behavior(Protocol):
     """An automatic motion (turn to a heading, a calibration run) that supplies the setpoint while
     the robot is ``running``. The supervisor's every trigger still applies."""
@@ -272,22 +90,30 @@ class Behavior(Protocol):
     def cancel(self, reason: str) -> None:
         """Called (under the lock) when the behavior is stopped before it finished."""
 
-    # Optional: ``status() -> dict`` (``name``, ``progress``, ``target``, …) for the snapshot's
-    # ``behavior`` field and the values of its end event; an ``outcome`` key in it replaces
-    # "finished" in the end event's message (e.g. "failed: timeout").
+    def status(self) -> dict[str, Any]:
+        """``name``, ``progress``, ``target``, … for the snapshot's ``behavior`` field and the values of its
+        end event; an ``outcome`` key in it replaces "finished" in the end event's message (e.g. "failed:
+        timeout")."""
 
 
 def _behavior_status(b: Behavior | None) -> dict[str, Any] | None:
     if b is None:
         return None
-    status = getattr(b, "status", None)
-    if not callable(status):
-        return {"name": b.name}
     try:
-        return status()
+        return b.status()
     except Exception:  # a status bug must not break the tick
         log.exception("behavior status failed")
         return {"name": b.name}
+
+
+class Reading(NamedTuple):
+    """What a tick read: the frame's values with the stages' channels added (``None`` when the read
+    failed, with ``error`` saying why), the simulator's truth and every value's sample time."""
+
+    values: dict[str, float] | None
+    truth: dict[str, Any]
+    sample_t: dict[str, float] | None
+    error: str | None
 
 
 class ControlLoop:
@@ -321,11 +147,16 @@ class ControlLoop:
         self.on_event = on_event
         self.publish_every = max(1, publish_every)
         self.on_publish: Callable[[], None] | None = None
+        #: whether the request being served comes from the holder of control (the runtime API server says;
+        #: called in requests only, never in the tick; alone, without a server, every caller holds it)
+        self.liveness: Callable[[], bool] = lambda: True
         self.stages: list[Stage] = []
+        cfg = supervisor.cfg
+        #: stamped commands: too old or out of order → dropped (issue 20; server.runtime.freshness)
+        self.freshness = Freshness(cfg.max_command_age_s, cfg.command_timeout_s)
+        self.governor = Governor(cfg.governor)
         self.behavior: Behavior | None = None
         self.setpoint = controller.zero()
-        # a controller may have events of its own (a platform saturating its legs): logged after its update
-        self._controller_events: Callable[[], list] | None = getattr(controller, "take_events", None)
         self.setpoint_source: str | None = None  # "http", "websocket" or a behaviour's name
         self.seq = 0
         self.derived_sources: dict[str, tuple[str, ...]] = {}  # rule channels made by stages → their inputs
@@ -392,12 +223,7 @@ class ControlLoop:
         schedule = Schedule(self.period_s, clock())
         self.stats.started_t = time.monotonic()
         while not self._stop.is_set():
-            remaining = schedule.next_t - clock() - self.spin_s
-            if remaining > 0:
-                time.sleep(remaining)
-            while clock() < schedule.next_t:
-                pass
-            now = clock()
+            now = schedule.wait(clock, self.spin_s)
             self.run_tick(now, *schedule.due(now))
             end = clock()
             schedule.advance()
@@ -420,73 +246,86 @@ class ControlLoop:
         self.stats.record(late, self.clock() - now)
 
     def _tick(self, now: float, dt: float, overrun: bool, late: float = 0.0) -> None:
+        """read → update → write, under the lock, then publish (ros2_control's cycle)."""
         with self.lock:
-            sup = self.supervisor
-            ctrl = self.controller
-            values = None
-            err = None
-            truth: dict[str, Any] = {}
-            sample_t: dict[str, float] | None = None
-            guard = self.reconnector
-            if guard is not None and guard.busy:
-                err = guard.read_error()  # the driver is being reopened by a worker: not read meanwhile
-            else:
-                try:
-                    frame = self.driver.read(dt)
-                    values = frame.values
-                    truth = frame.truth
-                    sample_t = frame.sample_t
-                    self._last_frame_host_t = now
-                except DriverError as e:
-                    err = f"{type(e).__name__}: {e}"
-                except Exception as e:  # an unexpected driver bug is a fault too
-                    err = f"unexpected {type(e).__name__}: {e}"
-                if err is not None and guard is not None:
-                    guard.start(err)  # the driver halted before raising; reconnect it (server/runtime/reconnect.py)
-            if values is not None:
-                for stage in self.stages:
-                    stage.process(values, dt, now)
-                    stamped = getattr(stage, "sample_times", None)  # values measured elsewhere, with their times
-                    if stamped:
-                        sample_t.update(stamped)
-                for derived, sources in self.derived_sources.items():  # a derived value is as old as its oldest input
-                    sample_t[derived] = min((sample_t.get(c, -math.inf) for c in sources), default=now)
-            was = sup.state
-            sup.evaluate(Inputs(now, values, err, self._last_frame_host_t, overrun, late, sample_t,
-                                ctrl.motion(values or {}), ctrl.stopped))
-            mode = sup.output_mode()
-            if sup.state is not was and sup.state is State.RUNNING:
-                ctrl.reset()
-            if self.behavior is not None:
-                if mode is OutputMode.TRACK and values is not None:
-                    sp = self.behavior.update(values, dt, now)
-                    if sp is None:
-                        self._end_behavior(now, "finished", cancel=False)
-                    else:
-                        self._set_setpoint(sp, self.behavior.name)
-                elif sup.state is not State.RUNNING:
-                    self._end_behavior(now, f"robot {sup.state.value}")
-            command = ctrl.update(dt, mode, self.setpoint)
-            if self._controller_events is not None:
-                for trigger, message, kind, ev_values in self._controller_events():
-                    self.emit(trigger, message, kind, ev_values)
-            self._apply_outputs(now, mode, command, values is not None)
-            if sup.state is not State.RUNNING and self.setpoint_source is not None:
-                self._set_setpoint(ctrl.zero(), None)
-            self.seq += 1
-            if values is not None:
-                self._values, self._truth = values, truth
-            # a tick that produced events publishes too, and before the events go out, so whoever
-            # sees an event and then asks for the state sees the state after it
-            publish = self.seq % self.publish_every == 0 or self._record is None or bool(
-                sup.events or self._pending_events)
-            if publish:
-                self._make_record()
-                if self.on_publish is not None:
-                    self.on_publish()
-            self._drain_events()
+            reading = self._read(now, dt)
+            mode, command = self._update(now, dt, overrun, late, reading)
+            self._write(now, mode, command, reading.values is not None)
+            self._publish(reading)
 
-    def _apply_outputs(self, now: float, mode: OutputMode, command: dict[str, float], have_frame: bool) -> None:
+    def _read(self, now: float, dt: float) -> Reading:
+        """The driver's frame (not while a reconnect runs: a failed read then), and every stage's channels."""
+        guard = self.reconnector
+        if guard is not None and guard.busy:
+            # the driver is being reopened by a worker: not read meanwhile
+            return Reading(None, {}, None, guard.read_error())
+        try:
+            frame = self.driver.read(dt)
+        except DriverError as e:
+            err = f"{type(e).__name__}: {e}"
+        except Exception as e:  # an unexpected driver bug is a fault too
+            err = f"unexpected {type(e).__name__}: {e}"
+        else:
+            self._last_frame_host_t = now
+            values, sample_t = frame.values, frame.sample_t
+            for stage in self.stages:
+                stage.process(values, dt, now)
+                if stage.sample_times:  # values measured elsewhere, with their times
+                    sample_t.update(stage.sample_times)
+                for trigger, message, kind, ev_values in stage.take_events():  # a compass disturbed …
+                    self.emit(trigger, message, kind, ev_values)
+            for derived, sources in self.derived_sources.items():  # a derived value is as old as its oldest input
+                sample_t[derived] = min((sample_t.get(c, -math.inf) for c in sources), default=now)
+            for trigger, message, kind, ev_values in self.driver.take_events():  # an autopilot's own words
+                self.emit(trigger, message, kind, ev_values)
+            return Reading(values, frame.truth, sample_t, None)
+        if guard is not None:
+            guard.start(err)  # the driver halted before raising; reconnect it (server/runtime/reconnect.py)
+        return Reading(None, {}, None, err)
+
+    def _update(self, now: float, dt: float, overrun: bool, late: float,
+                reading: Reading) -> tuple[OutputMode, dict[str, float]]:
+        """The supervisor's verdict on the reading, the behaviour's setpoint, the controller's command."""
+        sup = self.supervisor
+        ctrl = self.controller
+        values = reading.values
+        was = sup.state
+        sup.evaluate(Inputs(now, values, reading.error, self._last_frame_host_t, overrun, late, reading.sample_t,
+                            ctrl.motion(values or {}), ctrl.stopped))
+        mode = sup.output_mode()
+        if sup.state is not was and sup.state is State.RUNNING:
+            ctrl.reset()
+        if self.behavior is not None:
+            if mode is OutputMode.TRACK and values is not None:
+                sp = self.behavior.update(values, dt, now)
+                if sp is None:
+                    self._end_behavior(now, "finished", cancel=False)
+                else:
+                    self._set_setpoint(sp, self.behavior.name)
+            elif sup.state is not State.RUNNING:
+                self._end_behavior(now, f"robot {sup.state.value}")
+        command = ctrl.update(dt, mode, self.setpoint)
+        for trigger, message, kind, ev_values in ctrl.take_events():  # a platform saturating its legs …
+            self.emit(trigger, message, kind, ev_values)
+        return mode, command
+
+    def _publish(self, reading: Reading) -> None:
+        """After the write: the setpoint zeroed out of ``running``, the record on publish ticks (and on any tick
+        that produced events, before the events go out, so whoever sees an event and then asks for the state
+        sees the state after it), then the events."""
+        sup = self.supervisor
+        if sup.state is not State.RUNNING and self.setpoint_source is not None:
+            self._set_setpoint(self.controller.zero(), None)
+        self.seq += 1
+        if reading.values is not None:
+            self._values, self._truth = reading.values, reading.truth
+        if self.seq % self.publish_every == 0 or self._record is None or sup.events or self._pending_events:
+            self._make_record()
+            if self.on_publish is not None:
+                self.on_publish()
+        self._drain_events()
+
+    def _write(self, now: float, mode: OutputMode, command: dict[str, float], have_frame: bool) -> None:
         """The one place the outputs follow the supervisor's mode (called under the lock).
 
         CUT halts once per stop cause (a category-1 ramp becomes CUT once at zero); IDLE
@@ -537,9 +376,10 @@ class ControlLoop:
         last_command_t = sup.last_command_t
         now = self.clock()
         stale = sup.stale_channels(now) if self._values is not None else []
-        self._record = {
+        record = {
             "seq": self.seq,
             "t": time.time(),
+            "mono_t": round(now, 6),  # the machine's monotonic clock (an NTP step moves t, never this)
             "state": sup.state.value,
             "cause": cause.to_json() if cause else None,
             "setpoint": {**self.controller.setpoint_json(self.setpoint), "source": self.setpoint_source},
@@ -551,11 +391,17 @@ class ControlLoop:
             "link": {
                 "age_s": round(now - last_command_t, 4) if math.isfinite(last_command_t) else None,
                 "timeout_s": sup.cfg.command_timeout_s,
+                **self.freshness.to_json(),
+                "governor": self.governor.to_json(),
             },
             "driver": {"state": self.driver.state.value, **self.driver.health(),
                        **lifecycle_status(self.reconnector, self.activator)},
-            **{stage.name: stage.status() for stage in self.stages if callable(getattr(stage, "status", None))},
         }
+        for stage in self.stages:
+            status = stage.status()
+            if status is not None:
+                record[stage.name] = status
+        self._record = record
 
     # ------------------------------------------------------------------ events (the loop owns the log)
     def emit(self, trigger: str, message: str, kind: str = "info", values: dict[str, Any] | None = None) -> None:
@@ -620,6 +466,12 @@ class ControlLoop:
                     log.exception("event listener failed")
 
     # ------------------------------------------------------------------ operator requests
+    def _touch(self, now: float) -> None:
+        """An operator's command keeps the link alive only if it came from the holder of control
+        (:attr:`liveness`; issue 19: any client of the runtime's socket used to)."""
+        if self.liveness():
+            self.supervisor.touch(now)
+
     def _request(self, fn: Callable[[], Any]) -> str:
         with self.lock:
             try:
@@ -632,7 +484,8 @@ class ControlLoop:
 
     def start_robot(self) -> str:
         def go() -> None:
-            self.supervisor.request_start(self.clock())
+            self.supervisor.request_start(self.clock(), self.liveness())
+            self.governor.reset_stop()  # the stop is spent; the cap stays until the link recovers
             self._set_setpoint(self.controller.zero(), None)
         return self._request(go)
 
@@ -669,21 +522,70 @@ class ControlLoop:
     def reset(self) -> str:
         return self._request(lambda: self.supervisor.request_reset(self.clock()))
 
-    def heartbeat(self) -> str:
-        return self._request(lambda: self.supervisor.touch(self.clock()))
-
-    def set_setpoint(self, setpoint: Any, ttl_s: float | None = None, source: str = "http") -> str:
-        """A new operator setpoint (checked against the controller's limits and the rules)."""
-        self.controller.check(setpoint)
+    def heartbeat(self, stamp: Stamp | None = None) -> tuple[str, str | None]:
+        """Keeps the link alive; a stamped one only if it is fresh (younger than ``command_timeout_s``) and in
+        order. Returns the state and why it was dropped (None: it counted)."""
+        dropped: list[str | None] = [None]
 
         def go() -> None:
             now = self.clock()
+            dropped[0] = self._admit(now, stamp, heartbeat=True)
+            if dropped[0] is None:
+                self._touch(now)  # on arrival: a fresh heartbeat counts as a plain one (see Freshness)
+        return self._request(go), dropped[0]
+
+    def set_setpoint(self, setpoint: Any, ttl_s: float | None = None, source: str = "http") -> str:
+        """A new operator setpoint (checked against the controller's limits and the rules)."""
+        return self.command(setpoint, ttl_s, source)[0]
+
+    def command(self, setpoint: Any, ttl_s: float | None = None, source: str = "http",
+                stamp: Stamp | None = None) -> tuple[str, str | None]:
+        """:meth:`set_setpoint` for a possibly stamped command: dropped when too old or out of order (the state
+        and why; nothing applied), else capped by the latency governor and applied, its ``ttl_s`` counted from
+        when it was sent."""
+        self.controller.check(setpoint)
+        dropped: list[str | None] = [None]
+
+        def go() -> None:
+            now = self.clock()
+            dropped[0] = self._admit(now, stamp)
+            if dropped[0] is not None:
+                return
             self.supervisor.check_motion(now, self.controller.motion_of(setpoint))
             self._end_behavior(now, "operator took over")
-            self.supervisor.touch(now)
-            self.supervisor.set_ttl(now, ttl_s)
-            self._set_setpoint(setpoint, source)
-        return self._request(go)
+            self._touch(now)
+            self.supervisor.set_ttl(self._sent_t(now, stamp), ttl_s)
+            self._set_setpoint(self.controller.scaled(setpoint, self.governor.scale), source)
+        return self._request(go), dropped[0]
+
+    @staticmethod
+    def _sent_t(now: float, stamp: Stamp | None) -> float:
+        return now if stamp is None or stamp.sent_t is None else min(now, stamp.sent_t)
+
+    def _admit(self, now: float, stamp: Stamp | None, heartbeat: bool = False) -> str | None:
+        """Freshness first (why it is dropped, or None); an admitted command of the holder feeds the governor."""
+        if stamp is None:
+            return None
+        dropped = self.freshness.admit(now, stamp, heartbeat)
+        if dropped is None and self.liveness():
+            delays = [d for d in ((None if stamp.sent_t is None else now - stamp.sent_t), stamp.rtt_s)
+                      if d is not None]
+            if delays:
+                self._govern(now, max(delays))
+        return dropped
+
+    def _govern(self, now: float, delay: float) -> None:
+        """The latency governor's step (under the lock): its events, its cap on the setpoint in force, its stop."""
+        gov = self.governor
+        change = gov.update(now, delay)
+        self.controller.govern(gov.scale)
+        if change == "capped":
+            self.emit("governor_capped", f"speed capped: link {delay * 1000:.0f} ms (to {gov.scale:.0%})",
+                      kind="safety", values=gov.to_json())
+        elif change == "lifted":
+            self.emit("governor_lifted", f"speed cap lifted: link {delay * 1000:.0f} ms", values=gov.to_json())
+        if gov.state == "stop":  # until a new start (or the link recovers)
+            self.supervisor.latency_stop(now, delay)
 
     def start_behavior(self, behavior: Behavior) -> str:
         """Hand the setpoint to ``behavior`` (409 unless running). Replaces any active one."""
@@ -693,7 +595,7 @@ class ControlLoop:
             if sup.state is not State.RUNNING:
                 raise Refused(*sup.not_running_reason())
             self._end_behavior(now, "replaced")
-            sup.touch(now)
+            self._touch(now)
             self.behavior = behavior
             self.emit("behavior_start", f"{behavior.name} started")
         return self._request(go)
@@ -711,6 +613,12 @@ class ControlLoop:
         with self.lock:
             return self.driver.debug(command)
 
+    @property
+    def truth(self) -> dict[str, Any]:
+        """The latest frame's ground truth (the simulator's; ``{}`` from hardware). Read it in the control thread
+        (a behaviour's ``update``: the previous tick's frame) or under :attr:`lock`; the dict is never mutated."""
+        return self._truth
+
     def snapshot(self) -> dict[str, Any]:
         """The latest record plus the loop's timing figures (``{}`` before the first publish).
 
@@ -721,4 +629,5 @@ class ControlLoop:
         return {**record, "loop": self.stats.to_json()}
 
 
-__all__ = ["Behavior", "ControlLoop", "GcPolicy", "Schedule", "LoopConfig", "LoopStats", "Refused", "Stage", "try_realtime"]
+__all__ = ["Behavior", "ControlLoop", "GcPolicy", "LoopConfig", "LoopStats", "Reading", "Refused", "Schedule", "Stage",
+           "try_realtime"]

@@ -5,8 +5,9 @@ Two calls of a serial driver talk to the device and wait for it: ``reconnect()``
 line). Made in the tick, under the loop's lock, either would stall the loop and hold back every
 operator request behind it — an e-stop included: measured, an HTTP e-stop waited 10 s for a start's
 ``EN`` whose answer the drive held back. So both run in worker threads here; the tick only looks at
-how they are doing. Drivers opt in by having ``reconnect()`` (device drivers; the simulator has none
-and keeps its instant, in-tick activation).
+how they are doing. Drivers declare it (:class:`drivers.base.Capability`): ``RECONNECT`` for
+``reconnect()``, ``SLOW_ACTIVATE`` for an ``activate()`` that waits for the device (device drivers;
+the simulator has neither and keeps its instant, in-tick activation).
 
 Reconnect
 ---------
@@ -50,7 +51,7 @@ import threading
 import time
 from typing import Any, Callable, Protocol
 
-from drivers.base import DriverState
+from drivers.base import Capability, Driver, DriverState
 
 log = logging.getLogger(__name__)
 
@@ -80,22 +81,22 @@ class Reconnector:
     checks :attr:`busy` before each read; :meth:`status` goes into the snapshot's ``driver``
     field; :meth:`stop` ends a reconnect in progress at shutdown.
 
-    >>> class Board:
-    ...     tries = 0
+    >>> from drivers.sim import SimDriver
+    >>> class Board(SimDriver):
+    ...     capabilities = frozenset({Capability.RECONNECT})
     ...     def reconnect(self, timeout_s=None, stop=None):
-    ...         Board.tries += 1
     ...         return 3
     >>> class Log:
     ...     def emit(self, *a, **k): pass
     ...     def emit_now(self, *a, **k): pass
-    >>> r = Reconnector.for_driver(Board(), Log())
+    >>> r = Reconnector.for_driver(Board({}, {}), Log())
     >>> r.start("DriverLinkError: port unplugged"), r.wait_idle(5.0), r.status()["reconnects"]
     (True, True, 1)
-    >>> Reconnector.for_driver(object(), Log()) is None   # a driver without reconnect(): nothing to do
+    >>> Reconnector.for_driver(SimDriver({}, {}), Log()) is None   # a driver that cannot reconnect: nothing to do
     True
     """
 
-    def __init__(self, driver: Any, events: EventSink, *, retry_s: float = RETRY_S, stable_s: float = STABLE_S,
+    def __init__(self, driver: Driver, events: EventSink, *, retry_s: float = RETRY_S, stable_s: float = STABLE_S,
                  cycle_backoff_s: tuple[float, ...] = CYCLE_BACKOFF_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.driver = driver
@@ -117,9 +118,9 @@ class Reconnector:
         self.last_error: str | None = None
 
     @classmethod
-    def for_driver(cls, driver: Any, events: EventSink, **kw: Any) -> "Reconnector | None":
-        """A reconnector when ``driver`` can reconnect, else ``None``."""
-        return cls(driver, events, **kw) if callable(getattr(driver, "reconnect", None)) else None
+    def for_driver(cls, driver: Driver, events: EventSink, **kw: Any) -> "Reconnector | None":
+        """A reconnector when ``driver`` declares it can reconnect, else ``None``."""
+        return cls(driver, events, **kw) if driver.has(Capability.RECONNECT) else None
 
     # ------------------------------------------------------------------ the control loop's side
     @property
@@ -219,18 +220,17 @@ class Reconnector:
 class Activator:
     """``driver.activate()`` for one accepted start, in a worker thread; the tick polls it.
 
-    >>> class Drive:
-    ...     state = DriverState.INACTIVE
-    ...     def activate(self):
-    ...         self.state = DriverState.ACTIVE
-    >>> a = Activator(Drive())
+    >>> from drivers.sim import SimDriver
+    >>> drive = SimDriver({}, {})
+    >>> drive.open()
+    >>> a = Activator(drive)
     >>> a.poll(1)               # the first poll of start 1 starts the worker
     False
     >>> a.wait_idle(5.0), a.poll(1)
     (True, True)
     """
 
-    def __init__(self, driver: Any) -> None:
+    def __init__(self, driver: Driver) -> None:
         self.driver = driver
         self._start = 0
         self._done = threading.Event()
@@ -238,9 +238,9 @@ class Activator:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def for_driver(cls, driver: Any) -> "Activator | None":
-        """An activator for a device driver (one that can reconnect), else ``None`` (activate in the tick)."""
-        return cls(driver) if callable(getattr(driver, "reconnect", None)) else None
+    def for_driver(cls, driver: Driver) -> "Activator | None":
+        """An activator for a driver that declares a slow ``activate()``, else ``None`` (activate in the tick)."""
+        return cls(driver) if driver.has(Capability.SLOW_ACTIVATE) else None
 
     @property
     def busy(self) -> bool:

@@ -1,60 +1,38 @@
 """Assemble the robot a profile describes: driver, supervisor, controller, stages, behaviours.
 
-``[robot] profile`` picks the controller (``rover``, ``scara``, ``stewart``: each controller's
-module owns its ``[robot]`` struct); the driver builds itself from ``[driver]``
-(``Driver.from_config``), so nothing here knows a driver by name. The rover alone has the
-estimators and the navigation behaviours; every profile takes external channels (the gateway's
-vision pipeline, :mod:`server.runtime.external`); an arm or a platform adds its joint or leg
-limits to the supervisor's rules (``controller.limit_rules``).
+``[robot] profile`` picks the controller from the registry (:mod:`server.runtime.controllers.registry`)
+and the controller declares the rest (:class:`~server.runtime.controllers.base.Controller`): its
+``[robot]`` and ``[limits]`` structs, its commands, its stop categories (a profile whose safety
+table asks for another one does not start), the estimation stages it needs (built here from
+:data:`server.runtime.stage.STAGES` when the driver has their inputs) and its own limit rules,
+added to the supervisor's. The driver builds itself from ``[driver]`` (``Driver.from_config``) and
+declares its optional capabilities (``Driver.capabilities``: reconnect, a slow activation, motion
+programs), so nothing here knows a driver or a robot by name. Every profile takes external
+channels (the gateway's vision pipeline, :mod:`server.runtime.external`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
-from msgspec import Meta
 
 from drivers.base import Driver
 from drivers.errors import DriverConfigError, DriverError
 from drivers.registry import driver_class
-from server.config import ConfigError, Profile, Table
+from server.config import ConfigError, Profile
 from server.runtime.calibration import Calibrations
 from server.runtime.controllers.base import Controller
-from server.runtime.controllers.rover import RoverController
-from server.runtime.controllers.scara import ScaraController, ScaraRobot
-from server.runtime.controllers.stewart import StewartController, StewartRobot
-from server.runtime.estimation import EstimationStage, build_estimation
+from server.runtime.controllers.registry import controller_for
+from server.runtime.estimation import EstimationStage
 from server.runtime.external import ExternalChannels, is_external
 from server.runtime.loop import ControlLoop, GcPolicy
 from server.runtime.reconnect import Activator, Reconnector
+from server.runtime.stage import Stage, stage_builder
 from server.runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
-
-
-class RoverRobot(Table, tag_field="profile", tag="rover"):
-    """``[robot]`` of a differential-drive rover."""
-
-    name: str = "Simulated rover"
-    wheel_radius_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.05
-    track_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.30
-
-    @property
-    def profile(self) -> str:
-        return "rover"
-
-
-class RobotConfig:
-    """``[robot]``: one struct per profile, chosen by its ``profile`` key (default ``rover``);
-    msgspec converts the table to the matching struct (a tagged union)."""
-
-    struct_type = RoverRobot | ScaraRobot | StewartRobot
-
-    @staticmethod
-    def prepare(table: dict[str, Any]) -> dict[str, Any]:
-        return {"profile": "rover", **table}
 
 
 def build_driver(profile: Profile) -> Driver:
@@ -75,10 +53,13 @@ class Robot:
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         self.driver = build_driver(profile)
-        self.controller: Controller = self._controller()
-        limit_rules = getattr(self.controller, "limit_rules", None)
-        self.safety = profile.safety if limit_rules is None else msgspec.structs.replace(
-            profile.safety, rules=[*profile.safety.rules, *limit_rules({c.name for c in self.driver.channels()})])
+        # the profile's controller, or the one its driver's capabilities choose (a body twist: an autopilot)
+        self.controller: Controller = controller_for(profile.robot.profile, self.driver.capabilities).from_profile(
+            profile, self.driver)
+        check_stop_categories(profile, self.controller)
+        driver_channels = {c.name for c in self.driver.channels()}
+        self.safety = msgspec.structs.replace(
+            profile.safety, rules=[*profile.safety.rules, *self.controller.limit_rules(driver_channels)])
         self.supervisor = Supervisor(self.safety, profile.loop.max_consecutive_overruns, profile.loop.max_stall_s)
         loop_cfg = profile.loop
         self.loop = ControlLoop(
@@ -91,41 +72,36 @@ class Robot:
         # device drivers: reopen on a fault, and activate off the tick (server/runtime/reconnect.py)
         self.loop.reconnector = Reconnector.for_driver(self.driver, self.loop)
         self.loop.activator = Activator.for_driver(self.driver)
-        self.stage: EstimationStage | None = \
-            build_estimation(profile, self.driver) if self.controller.profile == "rover" else None
-        if self.stage is not None:
-            self.loop.stages.append(self.stage)
-        driver_channels = {c.name for c in self.driver.channels()}
+        #: the controller's estimation stages the driver has the inputs for, in the order it names them
+        self.stages: list[Stage] = [st for st in (stage_builder(name)(profile, self.driver)
+                                                  for name in self.controller.stages) if st is not None]
+        #: the estimator, when there is one: calibrations, marker fixes and the rover's behaviours use it
+        self.stage: EstimationStage | None = next(
+            (st for st in self.stages if isinstance(st, EstimationStage)), None)
+        self._derived = {c.name: st for st in self.stages for c in st.channels()}  # derived channel → its stage
         # measurements from outside (the gateway's vision pipeline), first in the tick with their capture times
         self.external = ExternalChannels(max_age_s=profile.safety.sensor_stale_s, clock=self.loop.clock,
-                                         reserved=driver_channels | set(self._derived_channels()))
+                                         reserved=driver_channels | set(self._derived))
         self.external.estimation = self.stage
-        self.loop.stages.insert(0, self.external)
+        self.loop.stages[:] = [self.external, *self.stages]
         for rule in self.safety.rules:  # a rule on a derived channel is as fresh as the stage's inputs
-            if rule.channel not in driver_channels and self.stage is not None and not is_external(rule.channel):
-                self.loop.derived_sources[rule.channel] = tuple(sorted(self.stage.sources([rule.channel])))
+            if rule.channel not in driver_channels and rule.channel in self._derived:
+                self.loop.derived_sources[rule.channel] = tuple(sorted(self._sources(rule.channel)))
         unknown = sorted({r.channel for r in self.safety.rules if not is_external(r.channel)}
-                         - driver_channels - set(self._derived_channels()))
+                         - driver_channels - set(self._derived))
         if unknown:
             raise ConfigError(f"{profile.source}: 'safety.rules' name channel(s) the robot does not have: "
                               f"{', '.join(unknown)}")
         self.calibrations = Calibrations(self.loop, self.stage, profile)
 
-    def _controller(self) -> Controller:
-        robot = self.profile.robot
-        if robot.profile == "scara":
-            return ScaraController.from_profile(self.profile, self.driver)
-        if robot.profile == "stewart":
-            return StewartController.from_profile(self.profile, self.driver)
-        wheel_limit = min(hi for lo, hi in self.driver.actuators().values())
-        return RoverController(self.profile.limits, robot.wheel_radius_m, robot.track_m, wheel_limit)
-
-    def _derived_channels(self) -> list[str]:
-        return [c.name for c in self.stage.channels()] if self.stage is not None else []
+    def _sources(self, channel: str) -> set[str]:
+        """The driver channels ``channel`` comes from (itself when no stage derives it)."""
+        stage = self._derived.get(channel)
+        return stage.sources([channel]) if stage is not None else {channel}
 
     def channels(self) -> list[dict[str, Any]]:
         return [c.to_json() for c in self.driver.channels()] + \
-            ([c.to_json() for c in self.stage.channels()] if self.stage is not None else []) + \
+            [c.to_json() for st in self.stages for c in st.channels()] + \
             [c.to_json() for c in self.external.channels()]
 
     def rule_sources(self) -> dict[str, list[str]]:
@@ -134,8 +110,7 @@ class Robot:
         for rule in self.safety.rules:
             if is_external(rule.channel):
                 continue  # measured outside the driver: nothing to keep acquired
-            sources = self.stage.sources([rule.channel]) if self.stage is not None else {rule.channel}
-            for ch in sources:
+            for ch in self._sources(rule.channel):
                 needed.setdefault(ch, []).append(rule.name)
         return needed
 
@@ -146,19 +121,33 @@ class Robot:
             "profile": self.controller.profile,
             "name": p.robot.name,
             "driver": self.driver.name,
+            "driver_capabilities": sorted(c.value for c in self.driver.capabilities),
             "channels": self.channels(),
             "actuators": {k: list(v) for k, v in self.driver.actuators().items()},
+            **self.controller.capabilities(),
             **self.controller.describe(),
             "safety": {"command_timeout_s": p.safety.command_timeout_s,
                        "sensor_stale_s": p.safety.sensor_stale_s,
                        "rules": [_rule_json(r) for r in self.safety.rules]},
             "telemetry_rate_hz": p.telemetry.rate_hz,
             "loop_rate_hz": p.loop.rate_hz,
-            **({"uwb": {"anchors": p.uwb.anchors, "tag_height_m": p.uwb.tag_height_m}}
-               if self.controller.profile == "rover" else {}),
             "external": self.external.describe(),
             **self.driver.describe(),
         }
+
+
+def check_stop_categories(profile: Profile, controller: Controller) -> None:
+    """:class:`ConfigError` naming the first ``[safety]`` key whose stop category the controller cannot carry out."""
+    safety = profile.safety
+    asked = [("safety.link_loss_category", safety.link_loss_category),
+             ("safety.operator_estop_category", safety.operator_estop_category),
+             ("safety.overrun_category", safety.overrun_category)]
+    asked += [(f"safety.rules[{i}].category", rule.category) for i, rule in enumerate(safety.rules)]
+    can = controller.stop_categories
+    for key, category in asked:
+        if category not in can:
+            raise ConfigError(f"{profile.source}: '{key}' asks for stop category {category}, which a "
+                              f"{controller.profile} cannot carry out (it does {', '.join(map(str, sorted(can)))})")
 
 
 def _rule_json(rule: Any) -> dict[str, Any]:
@@ -166,4 +155,4 @@ def _rule_json(rule: Any) -> dict[str, Any]:
             "when": rule.when, "category": rule.category, "message": rule.message}
 
 
-__all__ = ["Robot", "RobotConfig", "RoverRobot", "ScaraRobot", "StewartRobot", "build_driver"]
+__all__ = ["Robot", "build_driver", "check_stop_categories"]

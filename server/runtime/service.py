@@ -1,119 +1,84 @@
-"""The runtime API server: requests and subscriptions over a Unix socket (docs/runtime-api.md).
+"""The runtime's methods of the runtime API (docs/runtime-api.md), served by
+:class:`server.runtime_api.service.ApiServer` on the runtime process's asyncio thread (the control loop
+has a thread of its own).
 
-Runs on the runtime process's asyncio thread (the control loop has a thread of its own).
-Requests are answered in order on each connection; each method validates its parameters
-with the same structs the gateway uses at its edge and the robot's limits, so the runtime
-refuses anything out of range whoever sends it. Snapshots are serialised once per publish
-and written to every subscriber whose socket keeps up; a subscriber that does not read
-loses snapshots (latest wins), never the control loop's time.
+Each method validates its parameters with the same structs the gateway uses at its edge
+(:mod:`server.runtime_api.params`, ranges as ``Meta`` bounds on the struct) and the robot's limits, so
+the runtime refuses anything out of range whoever sends it. The wire, the connections and the
+publishing are the API package's; what is here needs the robot (why they live apart: the package's
+docstring).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
-import os
 import time
+import typing
 from pathlib import Path
-from typing import Any, Callable
-
+from typing import Any
 
 from drivers.base import ChannelSpec
 from drivers.errors import AcquisitionError, DriverError
 from robotics.estimation.markers import MarkerObservation
-from server import protocol
-from server.commands import MAX_REASON
-from server.errors import ApiError, ConflictError, NotFoundError, ValidationError
+from server.errors import ApiError, ConflictError, ValidationError
 from server.runtime.behaviours.marker import GoToMarkerBehavior, bearing_channel, range_channel
 from server.runtime.behaviours.trajectory import TrajectoryMethods
+from server.runtime.behaviours.mission import MissionMethods
+from server.runtime.experiments import ExperimentMethods
+from server.runtime.controllers.rover import RoverSetpoint
 from server.runtime.external import ExternalError, is_external
 from server.runtime.robot import Robot
-from server.runtime_api import (AcquisitionParams, DebugParams, DeclareParams, Empty, EstopParams, EventsParams,
-                                GoToMarkerParams, HeadingParams, MagParams, MeasurementsParams, PingParams,
-                                SetpointParams, SubscribeParams, UwbParams, setpoint_from)
-from server.runtime.supervisor import Event, Refused
-from server.validation import check_range, convert
-
-log = logging.getLogger(__name__)
-
-#: a subscriber whose socket holds this much unsent data gets no more snapshots until it drains
-MAX_BACKLOG_BYTES = 256 * 1024
-
+from server.runtime.supervisor import Refused
+from server.runtime_api import protocol
+from server.runtime_api.params import (MAX_REASON, SOURCES, AcquisitionParams, DebugParams, DeclareParams, Empty, EstopParams,
+                                       EventsParams, GoToMarkerParams, HeadingParams, HeartbeatParams, MagParams, MeasurementsParams,
+                                       PingParams, SetpointParams, SubscribeParams, UwbParams, setpoint_from)
+from server.runtime_api.service import ApiServer
+from server.validation import check_range
 
 MAX_PAIRS = 2000
+
+
+def accepts(setpoint_type: Any, kind: type) -> bool:
+    """Whether a controller's declared ``setpoint_type`` (a struct or a union of them) takes ``kind``.
+
+    >>> accepts(RoverSetpoint, RoverSetpoint), accepts(int | str, RoverSetpoint)
+    (True, False)
+    """
+    return setpoint_type is kind or kind in typing.get_args(setpoint_type)
 #: methods after which no snapshot needs to go out before the reply (they change nothing, or only the
 #: link's age: a heartbeat at 50 Hz must not double the snapshot rate)
-NO_PUBLISH = {"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat",
-              "loop_stats", "trajectory_upload", "trajectory", "trajectory_report", "program",
-              "declare_channels", "measurements", "external"}
+NO_PUBLISH = frozenset({"describe", "state", "events", "acquisition", "calibration", "ping", "subscribe", "heartbeat",
+                        "loop_stats", "trajectory_upload", "trajectory", "trajectory_report", "program",
+                        "declare_channels", "measurements", "external", "control", "mission", "mission_report",
+                        "experiments", "experiment", "experiment_report"})
 
 
-def _prepare_socket_path(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() or path.is_symlink():
-        path.unlink()  # a stale socket of a runtime that died
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
-
-
-class Connection:
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
-        self.topics: set[str] = set()
-        self.dropped = 0
-        self.peer = f"fd {writer.get_extra_info('socket').fileno()}" if writer.get_extra_info("socket") else "?"
-
-    def send(self, frame: bytes) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(frame)
-
-    def offer(self, frame: bytes) -> None:
-        """A snapshot: dropped (counted) while the socket has a backlog."""
-        transport = self.writer.transport
-        if transport.is_closing():
-            return
-        if transport.get_write_buffer_size() > MAX_BACKLOG_BYTES:
-            self.dropped += 1
-            return
-        self.writer.write(frame)
-
-
-class RuntimeService:
+class RuntimeService(ApiServer):
     """Serves :class:`Robot` on ``socket_path``; see the module docstring."""
+
+    no_publish = NO_PUBLISH
 
     def __init__(self, robot: Robot, socket_path: str | Path) -> None:
         self.robot = robot
         self.loop = robot.loop
-        self.socket_path = str(socket_path)
-        self.connections: set[Connection] = set()
-        self._aio: asyncio.AbstractEventLoop | None = None
-        self._server: asyncio.AbstractServer | None = None
-        self._publish_pending = False
         self._last_record: dict[str, Any] | None = None
-        self.published = 0
         debug = robot.profile.debug.routes
-        self.methods: dict[str, tuple[type, Callable[[Any], Any]]] = {
+        methods: dict[str, Any] = {
             "describe": (Empty, lambda p: robot.describe()),
             "state": (Empty, lambda p: self.loop.snapshot()),
             "events": (EventsParams, self._events),
             "start": (Empty, lambda p: {"ok": True, "state": self.loop.start_robot()}),
             "stop": (Empty, lambda p: {"ok": True, "state": self.loop.stop_robot()}),
             "reset": (Empty, lambda p: {"ok": True, "state": self.loop.reset()}),
-            "heartbeat": (Empty, lambda p: {"ok": True, "state": self.loop.heartbeat()}),
+            "heartbeat": (HeartbeatParams, self._heartbeat),
             "estop": (EstopParams, self._estop_any),  # listed for the docs; _handle latches it before anything
             "estop_reason": (EstopParams, self._estop_reason),
             "setpoint": (SetpointParams, self._setpoint),
             "acquisition": (Empty, lambda p: self._acquisition_json()),
             "set_acquisition": (AcquisitionParams, self._set_acquisition),
             "heading": (HeadingParams, self._heading),
-            "calibrate_magnetometer": (MagParams, lambda p: robot.calibrations.magnetometer(p.revolutions,
-                                                                                            p.rate_rad_s)),
+            "calibrate_magnetometer": (MagParams, self._magnetometer),
             "calibrate_uwb": (UwbParams, self._uwb),
             "calibration": (Empty, lambda p: robot.calibrations.state_json()),
             "cancel_behavior": (Empty, lambda p: {"ok": True, "state": self.loop.cancel_behavior()}),
@@ -127,113 +92,36 @@ class RuntimeService:
             "ping": (PingParams, lambda p: {"t": p.t, "runtime_t": time.time(), "monotonic": time.monotonic()}),
         }
         self.trajectories = TrajectoryMethods(robot)  # arms and platforms (docs/arms.md)
-        self.methods.update(self.trajectories.methods())
+        methods.update(self.trajectories.methods())
+        self.missions = MissionMethods(robot)  # the rover's missions and the seed experiments (docs/missions.md)
+        methods.update(self.missions.methods())
+        self.experiments = ExperimentMethods(robot)
+        methods.update(self.experiments.methods())
         if debug:
-            self.methods["debug_driver"] = (DebugParams, self._debug_driver)
+            methods["debug_driver"] = (DebugParams, self._debug_driver)
+        super().__init__(socket_path, methods, debug=debug)
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ the API server's hooks
     async def start(self) -> None:
-        self._aio = asyncio.get_running_loop()
-        self.loop.on_event = self._on_event_threadsafe
-        self.loop.on_publish = self._on_publish_threadsafe
-        await asyncio.to_thread(_prepare_socket_path, Path(self.socket_path))
-        old = os.umask(0o177)  # the socket is the operator's own: 0600
-        try:
-            self._server = await asyncio.start_unix_server(self._serve, path=self.socket_path)
-        finally:
-            os.umask(old)
+        self.loop.on_event = lambda ev: self.event_threadsafe(ev.to_json())
+        self.loop.on_publish = self.publish_threadsafe
+        self.loop.liveness = lambda: self.live  # only the holder of control keeps the robot alive
+        await super().start()
 
-    async def stop(self) -> None:
-        """Push what is left (the shutdown snapshot and events), then close every connection."""
-        if self._server is not None:
-            self._server.close()
-        await asyncio.sleep(0)  # let the events the halt scheduled go out first…
-        self._publish()  # …then the last snapshot
-        for conn in list(self.connections):
-            if conn.writer.transport.get_write_buffer_size():
-                try:
-                    await asyncio.wait_for(conn.writer.drain(), 1.0)
-                except (OSError, asyncio.TimeoutError):
-                    pass
-        for conn in list(self.connections):
-            try:
-                conn.writer.close()
-                await asyncio.wait_for(conn.writer.wait_closed(), 1.0)
-            except (OSError, asyncio.TimeoutError):
-                pass
-        self.connections.clear()
-        await asyncio.to_thread(_remove, Path(self.socket_path))
+    def describe(self) -> dict[str, Any]:
+        return self.robot.describe()
 
-    # ------------------------------------------------------------------ connections
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(writer)
-        self.connections.add(conn)
-        conn.send(protocol.encode({"type": "hello", "protocol": protocol.PROTOCOL, "version": protocol.VERSION,
-                                   "pid": os.getpid(), "robot": self.robot.describe()}))
-        log.info("runtime API client connected (%d connected)", len(self.connections))
-        try:
-            while True:
-                try:
-                    header, _ = await protocol.read_frame(reader)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-                except protocol.ProtocolError as err:
-                    conn.send(protocol.encode({"type": "error", "error": {"code": "malformed", "message": str(err)}}))
-                    break
-                kind = header.get("type")
-                if kind == "hello":
-                    if header.get("version") != protocol.VERSION:
-                        conn.send(protocol.encode({"type": "error", "error": {
-                            "code": "version", "message": f"runtime API version {protocol.VERSION} only, "
-                                                          f"not {header.get('version')!r}"}}))
-                        break
-                    continue
-                reply = self._handle(conn, header)
-                if header.get("method") not in NO_PUBLISH:
-                    self._publish()  # the new state reaches subscribers before the reply does
-                if kind == "request":
-                    conn.send(protocol.encode(reply))
-                await asyncio.sleep(0)  # a busy client yields to the others
-        finally:
-            self.connections.discard(conn)
-            writer.close()
-            log.info("runtime API client disconnected (%d connected)", len(self.connections))
+    def estop(self, params: Any) -> dict[str, Any]:
+        return self._estop_any(params)
 
-    def _handle(self, conn: Connection, header: dict[str, Any]) -> dict[str, Any]:
-        req_id = header.get("id")
-        method = header.get("method")
-        params = header.get("params") or {}
-        try:
-            if method == "estop":  # never refused: latch first, look at the parameters after
-                return {"type": "response", "id": req_id, "result": self._estop_any(params)}
-            if not isinstance(params, dict):
-                raise ValidationError("params must be an object", code="wrong_type")
-            entry = self.methods.get(method) if isinstance(method, str) else None
-            if entry is None:
-                raise NotFoundError(f"unknown method {method!r}; known: {', '.join(sorted(self.methods))}",
-                                    code="unknown_method")
-            ptype, fn = entry
-            p = convert(params, ptype)
-            if method == "subscribe":
-                unknown = sorted(set(p.topics) - {"snapshot", "event"})
-                if unknown:
-                    raise ValidationError(f"unknown topic(s): {', '.join(unknown)}; known: event, snapshot")
-                conn.topics = set(p.topics)
-                result: Any = {"ok": True, "topics": sorted(conn.topics)}
-            else:
-                result = fn(p)
-            return {"type": "response", "id": req_id, "result": result}
-        except Refused as r:
-            err: ApiError = ConflictError(r.message, code=r.code, details=r.details)
-        except ApiError as e:
-            err = e
-        except AcquisitionError as e:
-            err = ValidationError(str(e), code="invalid")
-        except DriverError as e:
-            err = ApiError(f"driver error: {e}", code="driver_error", status=503)
-        except (ValueError, TypeError, KeyError, NotImplementedError) as e:
-            err = ValidationError(f"refused: {e}", code="invalid")
-        return {"type": "response", "id": req_id, "error": err.to_wire()}
+    def error_of(self, exc: Exception) -> ApiError | None:
+        if isinstance(exc, Refused):
+            return ConflictError(exc.message, code=exc.code, details=exc.details)
+        if isinstance(exc, AcquisitionError):
+            return ValidationError(str(exc), code="invalid")
+        if isinstance(exc, DriverError):
+            return ApiError(f"driver error: {exc}", code="driver_error", status=503)
+        return None
 
     # ------------------------------------------------------------------ methods
     def _events(self, p: EventsParams) -> dict[str, Any]:
@@ -259,9 +147,14 @@ class RuntimeService:
         sp = setpoint_from(p.setpoint, ctrl.setpoint_type)
         if p.ttl_s is not None:
             check_range("ttl_s", p.ttl_s, 0.001, self.robot.profile.limits.ttl_max_s)
-        if p.source not in ("http", "websocket", "console"):
-            raise ValidationError("source must be http, websocket or console", code="invalid")
-        return {"ok": True, "state": self.loop.set_setpoint(sp, p.ttl_s, p.source)}
+        if p.source not in SOURCES:
+            raise ValidationError(f"source must be one of {', '.join(SOURCES)}", code="invalid")
+        state, dropped = self.loop.command(sp, p.ttl_s, p.source, p.stamp())
+        return {"ok": True, "state": state, **({"dropped": dropped} if dropped else {})}
+
+    def _heartbeat(self, p: HeartbeatParams) -> dict[str, Any]:
+        state, dropped = self.loop.heartbeat(p.stamp())
+        return {"ok": True, "state": state, **({"dropped": dropped} if dropped else {})}
 
     def _acquisition_json(self) -> dict[str, Any]:
         drv = self.robot.driver
@@ -296,9 +189,15 @@ class RuntimeService:
                            values={"rate_hz": rate, "channels": p.channels})
         return self._acquisition_json()
 
-    def _heading(self, p: HeadingParams) -> dict[str, Any]:
-        check_range("heading_deg", p.heading_deg, 0.0, 360.0)
+    def _heading(self, p: HeadingParams) -> dict[str, Any]:  # heading_deg ranged by the struct (Meta)
         return self.robot.calibrations.heading(p.heading_deg)
+
+    def _magnetometer(self, p: MagParams) -> dict[str, Any]:
+        if p.revolutions is not None:  # the turn's goal and its timeout grow with it
+            check_range("revolutions", p.revolutions, 1.0, 10.0)
+        if p.rate_rad_s is not None:
+            check_range("rate_rad_s", p.rate_rad_s, 0.01, 50.0)  # and the robot's own limit, in the calibration
+        return self.robot.calibrations.magnetometer(p.revolutions, p.rate_rad_s)
 
     def _uwb(self, p: UwbParams) -> dict[str, Any]:
         if not p.pairs:
@@ -363,8 +262,9 @@ class RuntimeService:
 
     def _go_to_marker(self, p: GoToMarkerParams) -> dict[str, Any]:
         robot, ext = self.robot, self.robot.external
-        if robot.controller.profile != "rover":
-            raise ConflictError("go to marker is a rover behaviour", code="unavailable")
+        if not accepts(robot.controller.setpoint_type, RoverSetpoint):  # what the controller declares it takes
+            raise ConflictError("go to marker drives a rover's setpoints; this robot's controller takes none",
+                                code="unavailable")
         decl = ext.declared("vision")
         if decl is None:
             raise ConflictError("go to marker needs the vision pipeline, and it is off: [video] enabled and "
@@ -372,7 +272,6 @@ class RuntimeService:
         if not decl.markers:
             raise ConflictError("go to marker needs a marker map ([vision] markers, or a simulated world's)",
                                 code="unavailable")
-        check_range("standoff_m", p.standoff_m, 0.2, 10.0)
         limit = robot.profile.limits.linear_m_s
         speed = min(0.25, limit) if p.speed_m_s is None else check_range("speed_m_s", p.speed_m_s, 0.02, limit)
         now = self.loop.clock()
@@ -405,44 +304,20 @@ class RuntimeService:
     def _debug_driver(self, p: DebugParams) -> dict[str, Any]:
         return self.loop.driver_debug(p.command)
 
-    # ------------------------------------------------------------------ publishing (control thread → here)
-    def _on_publish_threadsafe(self) -> None:
-        if self._publish_pending or self._aio is None:
-            return
-        self._publish_pending = True
-        try:
-            self._aio.call_soon_threadsafe(self._publish)
-        except RuntimeError:  # event loop closed during shutdown
-            self._publish_pending = False
-
-    def _publish(self) -> None:
-        self._publish_pending = False
-        subscribers = [c for c in self.connections if "snapshot" in c.topics]
-        if not subscribers:
-            return  # nobody watching: not even serialised (idle CPU)
+    # ------------------------------------------------------------------ publishing
+    def snapshot_frames(self) -> list[tuple[str, bytes]] | None:
+        """The newest record as a ``snapshot`` frame and, on a simulator, its true pose as a ``truth`` frame (the
+        channel the gateway's sim camera renders from; docs/runtime-api.md), or None when it went out already."""
         record = self.loop._record
         if record is None or record is self._last_record:
-            return  # already sent (a request published it before its reply)
+            return None  # already sent (a request published it before its reply)
         self._last_record = record
         snap = self.loop.snapshot()
-        frame = protocol.encode({"type": "snapshot", "seq": snap["seq"]}, protocol.dumps(snap))
-        self.published += 1
-        for c in subscribers:
-            c.offer(frame)
-
-    def _on_event_threadsafe(self, ev: Event) -> None:
-        if self._aio is None:
-            return
-        try:
-            self._aio.call_soon_threadsafe(self._broadcast_event, ev.to_json())
-        except RuntimeError:
-            pass
-
-    def _broadcast_event(self, data: dict[str, Any]) -> None:
-        frame = protocol.encode({"type": "event", "data": data})
-        for c in list(self.connections):
-            if "event" in c.topics:
-                c.send(frame)
+        frames = [("snapshot", protocol.encode({"type": "snapshot", "seq": snap["seq"]}, protocol.dumps(snap)))]
+        truth = snap.get("truth")
+        if truth and any("truth" in c.topics for c in self.connections):
+            frames.append(("truth", protocol.encode({"type": "truth", "seq": snap["seq"], "data": truth})))
+        return frames
 
 
 __all__ = ["RuntimeService"]

@@ -24,9 +24,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, NamedTuple
 
+import msgspec
 from msgspec import Meta
 
 from server.config import Table
+from server.runtime.freshness import GovernorConfig
 
 
 class State(str, enum.Enum):
@@ -46,6 +48,7 @@ class Trigger(str, enum.Enum):
     STALL = "stall"
     SENSOR_STALE = "sensor_stale"
     SHUTDOWN = "shutdown"
+    LATENCY = "latency"  # the latency governor's controlled stop (server.runtime.freshness)
 
 
 class Refused(Exception):
@@ -155,6 +158,9 @@ class SafetyConfig(Table):
     operator_estop_category: Literal[0, 1, 2] = 0
     overrun_category: Literal[0, 1, 2] = 0
     sensor_stale_s: Annotated[float, Meta(ge=0.001, le=60.0)] = 0.5
+    #: a stamped setpoint older than this (from its sender's ``sent_t``) is dropped, never applied (issue 20)
+    max_command_age_s: Annotated[float, Meta(ge=0.01, le=60.0)] = 0.3
+    governor: GovernorConfig = msgspec.field(default_factory=GovernorConfig)
     rules: list[Rule] = []
 
 
@@ -240,12 +246,16 @@ class Supervisor:
 
     # ------------------------------------------------------------------ requests
     def touch(self, now: float) -> None:
-        """A command or heartbeat from the operator keeps the link alive."""
-        self.last_command_t = now
+        """A command or heartbeat from the operator keeps the link alive (``now``: when it was sent, for a
+        stamped one: never earlier than what counted already)."""
+        self.last_command_t = max(self.last_command_t, now)
 
-    def request_start(self, now: float) -> None:
+    def request_start(self, now: float, live: bool = True) -> None:
+        """``live``: the start came from the holder of control (a start from anyone else runs the robot only
+        until the link-loss watchdog sees no command from the holder)."""
         if self.state is State.RUNNING:
-            self.touch(now)
+            if live:
+                self.touch(now)
             return
         if self.state is not State.IDLE:
             raise Refused("conflict", f"cannot start while {self.state.value}"
@@ -253,7 +263,8 @@ class Supervisor:
         failed = self.prestart_failures(now)
         if failed:
             raise Refused("prestart_failed", "pre-start checks failed: " + "; ".join(failed), failed)
-        self.touch(now)
+        if live:
+            self.touch(now)
         self.command_expiry_t = math.inf
         self.starts += 1
         self._transition(now, State.RUNNING, "start", "started by the operator", kind="command")
@@ -274,6 +285,14 @@ class Supervisor:
     def request_stop(self, now: float) -> None:
         if self.state is State.RUNNING:
             self._transition(now, State.STOPPING, "stop", "stop requested by the operator", kind="command")
+
+    def latency_stop(self, now: float, delay_s: float) -> None:
+        """The latency governor's controlled stop: the operator's link is too slow to drive on."""
+        if self.state is State.RUNNING:
+            self._transition(now, State.STOPPING, Trigger.LATENCY.value,
+                             f"link too slow to drive: {delay_s * 1000:.0f} ms (governor stop at "
+                             f"{self.cfg.governor.stop_delay_s * 1000:.0f} ms); start again once it recovers",
+                             values={"delay_s": round(delay_s, 4)})
 
     def request_estop(self, now: float, reason: str = "") -> None:
         msg = "e-stop by the operator" + (f": {reason}" if reason else "")

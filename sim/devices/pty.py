@@ -19,6 +19,9 @@ What the runner emulates of the OS side (hardware-protocols §3.2–3.3):
   the same symlink (:attr:`PtyRunner.port`) at it, so a driver reconnecting to
   the path it was given finds the device again.
 
+A device whose clock runs with no host (``runs_without_host = True``: a vehicle drives on when its
+radio link dies) is advanced while the port is closed or unplugged, its output lost.
+
 Every chunk the host writes is logged with its arrival time (``rx_log``) so a
 test can wait for given bytes on the wire ("the stop bytes arrived").
 """
@@ -56,13 +59,12 @@ class Device(Protocol):
     def next_wakeup_s(self, now_s: float) -> float: ...
 
 
-class PtyRunner:
-    """One device on one pty; ``port`` is a stable symlink to the current slave.
+class WireRunner:
+    """What every runner shares (this one and :mod:`sim.devices.net`'s): the device under ``lock``, the
+    thread that serves it, the log of what the host wrote (``rx_log``, :meth:`wait_for`). A subclass opens its
+    transport in :meth:`_open_transport`, closes it in :meth:`_close_transport` and serves it in :meth:`_serve`."""
 
-    Use as a context manager or call :meth:`start` / :meth:`stop`. ``lock``
-    guards the device: hold it (``with runner.lock:``) to inject a fault from
-    another thread.
-    """
+    kind = "wire"
 
     def __init__(self, device: Device, name: str = "emulator", clock: Callable[[], float] = time.monotonic) -> None:
         self.device = device
@@ -71,19 +73,11 @@ class PtyRunner:
         self.lock = threading.RLock()
         self.rx_log: list[tuple[float, bytes]] = []
         self.rx_event = threading.Condition(self.lock)
-        self._dir = tempfile.mkdtemp(prefix="teleop-pty-")
-        self.port = os.path.join(self._dir, name)
-        self._master: int | None = None
-        self._gen = 0  # bumped whenever the master changes: a fd number can be reused by the next pty
-        self._slave_keep: int | None = None
         self._thread: threading.Thread | None = None
         self._running = False
-        self._host = False
-        self._out = bytearray()
-        self.opens = 0
 
     # lifecycle -------------------------------------------------------------
-    def __enter__(self) -> "PtyRunner":
+    def __enter__(self):
         self.start()
         return self
 
@@ -91,10 +85,10 @@ class PtyRunner:
         self.stop()
 
     def start(self) -> str:
-        """Create the pty and serve it; returns the port path (a symlink to the slave)."""
-        self._make_pty()
+        """Open the transport and serve it; returns :attr:`port` (what a driver opens)."""
+        self._open_transport()
         self._running = True
-        self._thread = threading.Thread(target=self._serve, name=f"pty-{self.name}", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=f"{self.kind}-{self.name}", daemon=True)
         self._thread.start()
         return self.port
 
@@ -103,6 +97,69 @@ class PtyRunner:
         if self._thread is not None:
             self._thread.join(2.0)
             self._thread = None
+        self._close_transport()
+
+    # waiting on the wire -----------------------------------------------------
+    def received(self) -> bytes:
+        with self.lock:
+            return b"".join(chunk for _, chunk in self.rx_log)
+
+    def wait_for(self, needle: bytes, timeout_s: float = 5.0, since: int = 0) -> float:
+        """Wait until ``needle`` has been received (in log entries from index ``since``); its arrival time.
+
+        Raises ``TimeoutError`` naming the bytes; used by tests to wait for bytes on the wire.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self.rx_event:
+            while True:
+                buf = b""
+                for t, chunk in self.rx_log[since:]:
+                    buf += chunk
+                    if needle in buf:
+                        return t
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{self.name}: {needle!r} not received within {timeout_s} s")
+                self.rx_event.wait(min(left, 0.05))
+
+    # what a subclass provides ------------------------------------------------
+    port: str = ""
+
+    def _open_transport(self) -> None:
+        raise NotImplementedError
+
+    def _close_transport(self) -> None:
+        raise NotImplementedError
+
+    def _serve(self) -> None:
+        raise NotImplementedError
+
+
+class PtyRunner(WireRunner):
+    """One device on one pty; ``port`` is a stable symlink to the current slave.
+
+    Use as a context manager or call :meth:`start` / :meth:`stop`. ``lock``
+    guards the device: hold it (``with runner.lock:``) to inject a fault from
+    another thread.
+    """
+
+    kind = "pty"
+
+    def __init__(self, device: Device, name: str = "emulator", clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(device, name, clock)
+        self._dir = tempfile.mkdtemp(prefix="teleop-pty-")
+        self.port = os.path.join(self._dir, name)
+        self._master: int | None = None
+        self._gen = 0  # bumped whenever the master changes: a fd number can be reused by the next pty
+        self._slave_keep: int | None = None
+        self._host = False
+        self._out = bytearray()
+        self.opens = 0
+
+    def _open_transport(self) -> None:
+        self._make_pty()
+
+    def _close_transport(self) -> None:
         self._close_master()
         try:
             os.unlink(self.port)
@@ -133,29 +190,6 @@ class PtyRunner:
     @property
     def host_connected(self) -> bool:
         return self._host
-
-    # waiting on the wire -----------------------------------------------------
-    def received(self) -> bytes:
-        with self.lock:
-            return b"".join(chunk for _, chunk in self.rx_log)
-
-    def wait_for(self, needle: bytes, timeout_s: float = 5.0, since: int = 0) -> float:
-        """Wait until ``needle`` has been received (in log entries from index ``since``); its arrival time.
-
-        Raises ``TimeoutError`` naming the bytes; used by tests to wait for bytes on the wire.
-        """
-        deadline = time.monotonic() + timeout_s
-        with self.rx_event:
-            while True:
-                buf = b""
-                for t, chunk in self.rx_log[since:]:
-                    buf += chunk
-                    if needle in buf:
-                        return t
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"{self.name}: {needle!r} not received within {timeout_s} s")
-                self.rx_event.wait(min(left, 0.05))
 
     # internals ---------------------------------------------------------------
     def _make_pty(self) -> None:
@@ -190,6 +224,7 @@ class PtyRunner:
         while self._running:
             gen, master = self._gen, self._master
             if master is None:
+                self._advance_alone()
                 time.sleep(_NO_HOST_POLL_S)
                 continue
             now = self.clock()
@@ -223,6 +258,7 @@ class PtyRunner:
                             logger.debug("%s: host closed the port", self.name)
                         self._host = False
                         self._out.clear()
+                        self._advance_alone()
                         time.sleep(_NO_HOST_POLL_S)
                         continue
                     raise
@@ -251,6 +287,13 @@ class PtyRunner:
                 except OSError:
                     self._out.clear()
 
+    def _advance_alone(self) -> None:
+        """No host on the line: a device that lives on without one (a vehicle keeps driving when its radio link
+        dies; ``runs_without_host = True``) still advances, its output lost; a board without power does not."""
+        if getattr(self.device, "runs_without_host", False):
+            with self.lock:
+                self.device.advance(self.clock())
+
     def _host_opened(self) -> None:
         self._host = True
         self.opens += 1
@@ -260,10 +303,17 @@ class PtyRunner:
 
 def serve_forever(device: Device, name: str) -> None:
     """The ``python -m sim.devices.…`` entry point: print the port, serve until Ctrl-C."""
+    serve_runner(PtyRunner(device, name))
+
+
+def serve_runner(runner: WireRunner) -> None:
+    """Serve ``runner`` (a pty's or :mod:`sim.devices.net`'s) until Ctrl-C, after printing where it is: the pty's
+    slave (and its stable symlink), or the port a driver opens (``tcp:HOST:PORT`` …)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    runner = PtyRunner(device, name)
     runner.start()
-    print(f"{name} emulator on {runner.slave_path} (symlink {runner.port}); Ctrl-C to stop", flush=True)
+    slave = getattr(runner, "slave_path", None)
+    where = f"{slave} (symlink {runner.port})" if slave else f"{runner.port} (the driver's port)"
+    print(f"{runner.name} emulator on {where}; Ctrl-C to stop", flush=True)
     try:
         while True:
             time.sleep(3600)

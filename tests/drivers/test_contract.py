@@ -1,28 +1,24 @@
 """The driver contract: one test class every driver must pass (python-can's back2back idea).
 
-To add a driver, subclass :class:`DriverContract`, override the ``driver``
-fixture to return an *unopened* driver (a serial one talking to its device
-emulator over a pty or ``socket://``), and override the hooks below where the
-defaults do not fit (how to inject a fault, which channels show motion).
+The checks themselves are :mod:`drivers.check.contract` (``python -m drivers.check`` runs the same ones
+against a user's driver); this class is their pytest adapter: each test calls one check with the hooks
+below. To add a driver, subclass :class:`DriverContract`, override the ``driver`` fixture to return an
+*unopened* driver (a serial one talking to its device emulator over a pty or ``socket://``), and override
+the hooks where the defaults do not fit (how to inject a fault, which channels show motion, how to settle).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-import threading
 
 import pytest
 
-from drivers.base import WIDGETS, Acquisition, ChannelSpec, Driver, DriverState, Frame
-from drivers.errors import (AcquisitionError, DriverCommandError, DriverConfigError, DriverError, DriverOpenError,
-                            DriverTimeoutError)
+from drivers.base import Driver, Frame
+from drivers.check import contract
+from drivers.errors import DriverCommandError, DriverConfigError, DriverOpenError
 from drivers.registry import driver_class
 from drivers.sim import SimDriver
-
-MOTION_UNITS = ("rad/s", "m/s")
-NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class DriverContract:
@@ -43,244 +39,126 @@ class DriverContract:
     @pytest.fixture
     def opened(self, driver: Driver):
         """Open and active: writes reach the outputs."""
-        driver.open()
-        driver.activate()
-        yield driver
-        driver.close()
+        with contract.opened(driver):
+            yield driver
 
     def moving_command(self, driver: Driver) -> dict[str, float]:
         """Every actuator at half its positive limit."""
-        return {name: 0.5 * hi for name, (lo, hi) in driver.actuators().items()}
+        return contract.moving_command(driver)
 
     def motion(self, driver: Driver, frame: Frame) -> float:
         """How much the robot moves, from the frame: the largest |speed| channel."""
-        speed_channels = [c.name for c in driver.channels() if c.unit in MOTION_UNITS]
-        return max((abs(frame.values[n]) for n in speed_channels if n in frame.values), default=0.0)
+        return contract.motion(driver, frame)
 
     def inject_fault(self, driver: Driver, kind: str | None) -> None:
         """Make reads fail (``"read_error"``, ``"timeout"``) or heal them (``None``)."""
-        driver.debug({"fault": kind})
+        contract.debug_faults(driver, kind)
 
-    # ---- helpers -------------------------------------------------------
     def settle(self, driver: Driver) -> Frame:
-        frame = driver.read(self.read_dt_s)
-        for _ in range(self.settle_reads - 1):
-            frame = driver.read(self.read_dt_s)
-        return frame
+        return contract.settle_by_count(driver, self.read_dt_s, self.settle_reads)
+
+    def bench(self) -> contract.Bench:
+        """The hooks as the checks take them."""
+        return contract.Bench(read_dt_s=self.read_dt_s, stopped_fraction=self.stopped_fraction,
+                              moving_command=self.moving_command, motion=self.motion, settle=self.settle,
+                              inject_fault=self.inject_fault, find=driver_class)
+
+    def run(self, name: str, driver: Driver, *param) -> None:
+        try:
+            contract.by_name(name).fn(self.bench(), driver, *param)
+        except contract.Skip as why:
+            pytest.skip(str(why))
 
     # ---- lifecycle -----------------------------------------------------
     def test_registered_under_its_name(self, driver):
-        assert driver_class(driver.name) is type(driver)
+        self.run("registered_under_its_name", driver)
+
+    def test_declared_capabilities_are_backed_by_their_methods(self, driver):
+        self.run("declared_capabilities_are_backed_by_their_methods", driver)
+
+    def test_fail__a_driver_without_reconnect_refuses_it(self, driver):
+        self.run("a_driver_without_reconnect_refuses_it", driver)
 
     def test_open_close_lifecycle(self, driver):
-        assert not driver.is_open
-        with pytest.raises(DriverError):
-            driver.read(self.read_dt_s)
-        driver.open()
-        try:
-            assert driver.is_open
-            driver.read(self.read_dt_s)
-        finally:
-            driver.close()
-        assert not driver.is_open
-        driver.close()  # twice is harmless
-        with pytest.raises(DriverError):
-            driver.read(self.read_dt_s)
-        driver.open()  # and it opens again
-        try:
-            assert isinstance(driver.read(self.read_dt_s), Frame)
-        finally:
-            driver.close()
+        self.run("open_close_lifecycle", driver)
 
     def test_lifecycle_states(self, driver):
-        assert driver.state is DriverState.CLOSED
-        with pytest.raises(DriverError):
-            driver.activate()  # a closed driver cannot move
-        driver.open()
-        try:
-            assert driver.state is DriverState.INACTIVE
-            driver.activate()
-            assert driver.state is DriverState.ACTIVE
-            driver.deactivate()
-            assert driver.state is DriverState.INACTIVE
-            driver.activate()
-            driver.halt()
-            assert driver.state is DriverState.INACTIVE
-        finally:
-            driver.close()
-        assert driver.state is DriverState.CLOSED
+        self.run("lifecycle_states", driver)
 
     def test_write_dropped_while_closed(self, driver):
-        assert driver.write(self.moving_command(driver)) is False
-        assert driver.dropped_writes == 1
+        self.run("write_dropped_while_closed", driver)
 
     def test_write_dropped_while_inactive_nothing_moves(self, driver):
-        driver.open()
-        try:
-            assert driver.write(self.moving_command(driver)) is False
-            assert self.motion(driver, self.settle(driver)) == pytest.approx(0.0, abs=1e-9)
-        finally:
-            driver.close()
+        self.run("write_dropped_while_inactive_nothing_moves", driver)
 
     # ---- description ---------------------------------------------------
     def test_channels_are_well_formed(self, driver):
-        channels = driver.channels()
-        assert channels, "a driver describes at least one channel"
-        names = [c.name for c in channels]
-        assert len(set(names)) == len(names), "channel names are unique"
-        for c in channels:
-            assert isinstance(c, ChannelSpec)
-            assert NAME_RE.match(c.name), c.name
-            assert math.isfinite(c.min) and math.isfinite(c.max) and c.min < c.max, c.name
-            assert c.widget in WIDGETS, (c.name, c.widget)
-            assert c.kind in ("analog", "digital"), c.name
-            for t in (c.warn_low, c.warn_high, c.crit_low, c.crit_high):
-                assert t is None or c.min <= t <= c.max, (c.name, t)
-            if c.warn_low is not None and c.crit_low is not None:
-                assert c.crit_low <= c.warn_low, c.name
-            if c.warn_high is not None and c.crit_high is not None:
-                assert c.warn_high <= c.crit_high, c.name
-            json.dumps(c.to_json())
+        self.run("channels_are_well_formed", driver)
 
     def test_actuators_are_well_formed(self, driver):
-        actuators = driver.actuators()
-        assert actuators
-        for name, (lo, hi) in actuators.items():
-            assert NAME_RE.match(name)
-            assert math.isfinite(lo) and math.isfinite(hi) and lo < hi, name
+        self.run("actuators_are_well_formed", driver)
 
     def test_default_acquisition_is_every_channel(self, driver):
-        acq = driver.get_acquisition()
-        assert set(acq.channels) == {c.name for c in driver.channels()}
-        assert 0 < acq.rate_hz <= driver.max_rate_hz
+        self.run("default_acquisition_is_every_channel", driver)
 
     # ---- reading and writing -------------------------------------------
     def test_read_returns_every_active_channel_as_a_finite_float(self, opened):
-        active = set(opened.get_acquisition().channels)
-        last_t = -math.inf
-        for _ in range(5):
-            frame = opened.read(self.read_dt_s)
-            assert set(frame.values) == active
-            for name, value in frame.values.items():
-                assert type(value) is float and math.isfinite(value), (name, value)
-            assert math.isfinite(frame.t) and frame.t >= last_t
-            last_t = frame.t
+        self.run("read_returns_every_active_channel_as_a_finite_float", opened)
 
     def test_write_then_read_moves(self, opened):
-        assert self.motion(opened, opened.read(self.read_dt_s)) == pytest.approx(0.0, abs=1e-9)
-        assert opened.write(self.moving_command(opened)) is True
-        assert self.motion(opened, self.settle(opened)) > 0.1
+        self.run("write_then_read_moves", opened)
 
-    @pytest.mark.parametrize("bad", ["beyond", math.nan, math.inf, "text", True])
+    @pytest.mark.parametrize("bad", contract.BAD_WRITES)
     def test_fail__write_beyond_limits_or_not_finite_writes_nothing(self, opened, bad):
-        name, (lo, hi) = next(iter(opened.actuators().items()))
-        value = 10.0 * hi + 1.0 if bad == "beyond" else bad
-        with pytest.raises(DriverCommandError):
-            opened.write({**self.moving_command(opened), name: value})
-        assert self.motion(opened, self.settle(opened)) == pytest.approx(0.0, abs=1e-9)
+        self.run("write_beyond_limits_or_not_finite_writes_nothing", opened, bad)
 
     def test_every_value_carries_its_sample_time(self, opened):
-        frame = opened.read(self.read_dt_s)
-        assert set(frame.sample_t) >= set(frame.values)
-        assert all(math.isfinite(t) for t in frame.sample_t.values())
+        self.run("every_value_carries_its_sample_time", opened)
 
     def test_fail__write_to_an_unknown_actuator(self, opened):
-        with pytest.raises(DriverError):
-            opened.write({"no_such_actuator": 0.0})
+        self.run("write_to_an_unknown_actuator", opened)
 
     # ---- halt ----------------------------------------------------------
     def test_halt_zeroes_the_outputs(self, opened):
-        opened.write(self.moving_command(opened))
-        moving = self.motion(opened, self.settle(opened))
-        opened.halt()
-        assert self.motion(opened, self.settle(opened)) < self.stopped_fraction * moving
+        self.run("halt_zeroes_the_outputs", opened)
 
     def test_halt_holds_until_activated_again(self, opened):
-        opened.halt()
-        assert opened.write(self.moving_command(opened)) is False  # a command computed before the halt
-        assert self.motion(opened, self.settle(opened)) == pytest.approx(0.0, abs=1e-9)
-        opened.activate()
-        assert opened.write(self.moving_command(opened)) is True
-        assert self.motion(opened, self.settle(opened)) > 0.1
+        self.run("halt_holds_until_activated_again", opened)
 
     def test_halt_never_raises_closed_or_faulted(self, driver):
-        driver.halt()  # never opened
-        driver.open()
-        self.inject_fault(driver, "read_error")
-        try:
-            with pytest.raises(DriverError):
-                driver.read(self.read_dt_s)
-            driver.halt()
-        finally:
-            self.inject_fault(driver, None)
-            driver.close()
-        driver.halt()  # closed
+        self.run("halt_never_raises_closed_or_faulted", driver)
 
     def test_halt_from_another_thread_while_reading(self, opened):
-        opened.write(self.moving_command(opened))
-        errors: list[BaseException] = []
-
-        def halter() -> None:
-            try:
-                for _ in range(200):
-                    opened.halt()
-            except BaseException as err:  # noqa: BLE001 - any escape is the failure
-                errors.append(err)
-
-        t = threading.Thread(target=halter)
-        t.start()
-        for _ in range(50):
-            opened.read(self.read_dt_s)
-        t.join(10)
-        assert not errors
-        assert self.motion(opened, self.settle(opened)) < 0.05
+        self.run("halt_from_another_thread_while_reading", opened)
 
     # ---- acquisition ---------------------------------------------------
-    @pytest.mark.parametrize("rate", [0, -1.0, 1e-3, math.nan, math.inf, "fast", True, None, 1e9])
+    @pytest.mark.parametrize("rate", contract.BAD_RATES)
     def test_fail__set_acquisition_bad_rate_changes_nothing(self, driver, rate):
-        before = driver.get_acquisition()
-        with pytest.raises(AcquisitionError):
-            driver.set_acquisition(rate, list(before.channels))
-        assert driver.get_acquisition() == before
+        self.run("set_acquisition_bad_rate_changes_nothing", driver, rate)
 
-    @pytest.mark.parametrize("extra", [["no_such_channel"], "duplicate"])
+    @pytest.mark.parametrize("extra", contract.BAD_CHANNELS)
     def test_fail__set_acquisition_bad_channels_changes_nothing(self, driver, extra):
-        before = driver.get_acquisition()
-        channels = list(before.channels) + (list(before.channels[:1]) if extra == "duplicate" else extra)
-        with pytest.raises(AcquisitionError):
-            driver.set_acquisition(before.rate_hz, channels)
-        assert driver.get_acquisition() == before
+        self.run("set_acquisition_bad_channels_changes_nothing", driver, extra)
 
     def test_ok__set_acquisition_returns_what_was_achieved(self, driver):
-        names = [c.name for c in driver.channels()]
-        acq = driver.set_acquisition(50, names[:2])
-        assert isinstance(acq, Acquisition)
-        assert acq == driver.get_acquisition()
-        assert acq.rate_hz == pytest.approx(50) and list(acq.channels) == names[:2]
+        self.run("set_acquisition_returns_what_was_achieved", driver)
 
     def test_inactive_channels_are_omitted_from_the_frame(self, opened):
-        names = [c.name for c in opened.channels()]
-        opened.set_acquisition(opened.get_acquisition().rate_hz, names[:2])
-        assert set(opened.read(self.read_dt_s).values) == set(names[:2])
-        opened.set_acquisition(opened.get_acquisition().rate_hz, names)
-        assert set(opened.read(self.read_dt_s).values) == set(names)
+        self.run("inactive_channels_are_omitted_from_the_frame", opened)
 
     # ---- faults --------------------------------------------------------
     def test_read_error_fault_makes_reads_raise_until_cleared(self, opened):
-        opened.read(self.read_dt_s)
-        self.inject_fault(opened, "read_error")
-        for _ in range(3):  # sticky
-            with pytest.raises(DriverError):
-                opened.read(self.read_dt_s)
-        self.inject_fault(opened, None)
-        assert isinstance(opened.read(self.read_dt_s), Frame)
+        self.run("read_error_fault_makes_reads_raise_until_cleared", opened)
 
     def test_timeout_fault_raises_driver_timeout_error(self, opened):
-        self.inject_fault(opened, "timeout")
-        with pytest.raises(DriverTimeoutError):
-            opened.read(self.read_dt_s)
-        self.inject_fault(opened, None)
-        opened.read(self.read_dt_s)
+        self.run("timeout_fault_raises_driver_timeout_error", opened)
+
+
+def test_the_adapter_runs_every_check_of_the_contract():
+    """A check added to drivers/check/contract.py is a test here too (the user's check and ours stay one)."""
+    adapted = {name for name in vars(DriverContract) if name.startswith("test_")}
+    for check in contract.CHECKS:
+        assert any(name.endswith(check.name) for name in adapted), f"DriverContract has no test for {check.name}"
 
 
 # ======================================================================== the simulator
@@ -401,7 +279,17 @@ class TestSimDriver(DriverContract):
         assert d.get_acquisition().rate_hz == 200.0
         assert "uwb_range_2_m" in {c.name for c in d.channels()}
 
-    @pytest.mark.parametrize("table, key", [({"seed": "x"}, "seed"), ({"bogus": 1}, "")])
+    @pytest.mark.parametrize("table, key", [
+        ({"seed": "x"}, "seed"), ({"bogus": 1}, "bogus"), ({"time_scale": 0}, "time_scale"),
+        ({"rate_hz": 5000}, "rate_hz"), ({"noise": "off"}, "noise"), ({"start_pose": [1, 2]}, "start_pose"),
+        ({"max_read_dt_s": -1}, "max_read_dt_s"), ({"rover": {"tau_s": 0}}, "rover.tau_s"),
+        ({"rover": {"battery": {"initial_soc": 2}}}, "rover.battery.initial_soc"),
+        ({"rangers": [{"name": "front"}, {"name": "Left"}]}, "rover.rangers[1].name"),
+        ({"imu": {"acc_sigma_m_s2": -1}}, "imu.acc_sigma_m_s2"), ({"imu": {"lever_arm_m": [0, 0]}}, "imu.lever_arm_m"),
+        ({"magnetometer": {"dip_deg": 95}}, "magnetometer.dip_deg"),
+        ({"magnetometer": {"soft_iron": [1, [1, 0, 0], 1]}}, "magnetometer"),
+        ({"uwb": {"anchors": [[0, 0, 2]] * 3, "sigma_m": float("nan")}}, "uwb.sigma_m"),
+    ])
     def test_fail__from_config_names_the_key(self, table, key):
         with pytest.raises(DriverConfigError) as err:
             SimDriver.from_config(table, {"sim": {"world": WORLD}})

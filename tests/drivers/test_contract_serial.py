@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from drivers.check import contract
+
 from drivers import registry
 from drivers.base import Driver, Frame
 from drivers.errors import DriverError
@@ -38,23 +40,8 @@ class SerialContract(DriverContract):
 
     def settle(self, driver: Driver) -> Frame:
         """Read every ``read_dt_s`` until the motion changed by < 1 % (of its size, or 0.01) for 10 reads."""
-        deadline = time.monotonic() + self.settle_timeout_s
-        frame = driver.read(self.read_dt_s)
-        last = self.motion(driver, frame)
-        last_t = max(frame.sample_t.values(), default=0.0)
-        steady = 0
-        while steady < self.steady_reads:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"motion did not settle within {self.settle_timeout_s} s (last {last})")
-            time.sleep(self.read_dt_s)
-            frame = driver.read(self.read_dt_s)
-            sample_t = max(frame.sample_t.values(), default=0.0)
-            if sample_t == last_t:
-                continue  # a held value says nothing about settling: wait for a fresh sample
-            m = self.motion(driver, frame)
-            steady = steady + 1 if abs(m - last) <= max(0.01, 0.01 * abs(last)) else 0
-            last, last_t = m, sample_t
-        return frame
+        return contract.settle_until_steady(driver, self.motion, self.read_dt_s, self.steady_reads,
+                                            self.settle_timeout_s)
 
     def heal(self, driver: Driver) -> None:
         """After the emulator is healed: the driver's fault sticks until it reconnects."""

@@ -92,17 +92,17 @@ def test_ok__config_channels_and_actuators():
 @pytest.mark.parametrize(
     "change, key",
     [
-        ({"port": 3}, "driver.port"),
-        ({"timeouts_idle": 0}, "driver.timeouts_idle"),
-        ({"reply_timeout_s": -1}, "driver.reply_timeout_s"),
-        ({"speed": 1}, "driver.speed"),
-        ({"axes": {"q1": {"node": 1}}}, "driver.axes.q1.max_speed_rad_s"),
-        ({"axes": {"q1": {**JOINTS["q1"], "mode": "torque"}}}, "driver.axes.q1.mode"),
-        ({"axes": {"q1": {**JOINTS["q1"], "node": 300}}}, "driver.axes.q1.node"),
-        ({"axes": {"q1": {**JOINTS["q1"], "min_rad": 1, "max_rad": 0}}}, "driver.axes.q1.max_rad"),
-        ({"axes": {"q1": {**JOINTS["q1"], "gear": 2}}}, "driver.axes.q1.gear"),
-        ({"axes": {"q1": JOINTS["q1"], "q2": {**JOINTS["q2"], "node": 1}}}, "driver.axes"),
-        ({"axes": {}}, "driver.axes"),
+        ({"port": 3}, "port"),
+        ({"timeouts_idle": 0}, "timeouts_idle"),
+        ({"reply_timeout_s": -1}, "reply_timeout_s"),
+        ({"speed": 1}, "speed"),
+        ({"axes": {"q1": {"node": 1}}}, "axes.q1.max_speed_rad_s"),
+        ({"axes": {"q1": {**JOINTS["q1"], "mode": "torque"}}}, "axes.q1.mode"),
+        ({"axes": {"q1": {**JOINTS["q1"], "node": 300}}}, "axes.q1.node"),
+        ({"axes": {"q1": {**JOINTS["q1"], "min_rad": 1, "max_rad": 0}}}, "axes.q1.max_rad"),
+        ({"axes": {"q1": {**JOINTS["q1"], "gear": 2}}}, "axes.q1.gear"),
+        ({"axes": {"q1": JOINTS["q1"], "q2": {**JOINTS["q2"], "node": 1}}}, "axes"),
+        ({"axes": {}}, "axes"),
     ],
 )
 def test_fail__bad_config_names_the_key(change, key):

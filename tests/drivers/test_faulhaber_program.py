@@ -143,3 +143,28 @@ def test_a_halt_stops_the_program(drives):
     t.join(10)
     assert errors and isinstance(errors[0], DriverError) and "halted" in str(errors[0])
     assert not line.drives[1].motor.enabled
+
+
+@pytest.mark.parametrize("t_s", [1e300, 1e308, 86_400.5])
+def test_fail__a_waypoint_beyond_a_day_is_refused_not_an_overflow(t_s: float):
+    """Issue 18: ``t_s = [0, 1e300]`` made ``a²·T²`` infinite and the rpm's ``math.ceil`` an OverflowError,
+    which closed the runtime's API connection."""
+    with pytest.raises(ProgramError, match="more than 86400 s after the first"):
+        generate_program([(0.0, {"q1": 0.0, "q2": 0.0}), (t_s, {"q1": 0.1})], AXES)
+
+
+@pytest.mark.parametrize("d, T, a", [(1.0, 1e300, 10.0), (1e-300, 1.0, 10.0), (0.5, 86_400.0, 1e-300)])
+def test_ok__the_segment_speed_stays_finite_at_the_extremes(d: float, T: float, a: float):
+    from drivers.faulhaber.program import _segment_speed
+
+    v = _segment_speed(d, T, a)
+    assert v is None or (math.isfinite(v) and v >= 0.0)
+
+
+@pytest.mark.parametrize("T", [1e-308, 5e-324])
+def test_fail__a_segment_too_short_for_any_trapezoid(T: float):
+    from drivers.faulhaber.program import _segment_speed
+
+    assert _segment_speed(0.1, T, 10.0) is None
+    with pytest.raises(ProgramError, match="cannot move"):
+        generate_program([(0.0, {"q1": 0.0, "q2": 0.0}), (T, {"q1": 0.1})], AXES)

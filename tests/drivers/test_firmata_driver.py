@@ -96,21 +96,21 @@ def test_ok__config_builds_channels_and_actuators():
 @pytest.mark.parametrize(
     "change, key",
     [
-        ({"port": None}, "driver.port"),
-        ({"bogus": 1}, "driver.bogus"),
-        ({"baudrate": "fast"}, "driver.baudrate"),
-        ({"rate_hz": 0}, "driver.rate_hz"),
-        ({"keep_alive_s": 11}, "driver.keep_alive_s"),
-        ({"analog": {"x": {"channel": 0, "poly": []}}}, "driver.analog.x.poly"),
-        ({"analog": {"x": {"channel": 0, "poly": [0, float("nan")]}}}, "driver.analog.x.poly"),
-        ({"analog": {"x": {"channel": 16}}}, "driver.analog.x.channel"),
-        ({"analog": {"x": {"channel": 0, "min": 5, "max": 1}}}, "driver.analog.x.max"),
-        ({"analog": {"Bad": {"channel": 0}}}, "driver.analog.Bad"),
-        ({"analog": {"x": {"channel": 0, "colour": 1}}}, "driver.analog.x.colour"),
-        ({"wheels": {"w": {"pwm_pin": 5, "dir_pin": 5, "max_rad_s": 1}}}, "driver.wheels.w.dir_pin"),
-        ({"wheels": {"w": {"pwm_pin": 5, "dir_pin": 4, "max_rad_s": 0}}}, "driver.wheels.w.max_rad_s"),
-        ({"relay_pin": 5}, "driver"),  # pin 5 is a wheel's PWM
-        ({"rate_hz": 1000}, "driver"),  # 6 channels × 1000 Hz: more than 57600 baud carries
+        ({"port": None}, "port"),
+        ({"bogus": 1}, "bogus"),
+        ({"baudrate": "fast"}, "baudrate"),
+        ({"rate_hz": 0}, "rate_hz"),
+        ({"keep_alive_s": 11}, "keep_alive_s"),
+        ({"analog": {"x": {"channel": 0, "poly": []}}}, "analog.x.poly"),
+        ({"analog": {"x": {"channel": 0, "poly": [0, float("nan")]}}}, "analog.x.poly[1]"),
+        ({"analog": {"x": {"channel": 16}}}, "analog.x.channel"),
+        ({"analog": {"x": {"channel": 0, "min": 5, "max": 1}}}, "analog.x.max"),
+        ({"analog": {"Bad": {"channel": 0}}}, "analog.Bad"),
+        ({"analog": {"x": {"channel": 0, "colour": 1}}}, "analog.x.colour"),
+        ({"wheels": {"w": {"pwm_pin": 5, "dir_pin": 5, "max_rad_s": 1}}}, "wheels.w.dir_pin"),
+        ({"wheels": {"w": {"pwm_pin": 5, "dir_pin": 4, "max_rad_s": 0}}}, "wheels.w.max_rad_s"),
+        ({"relay_pin": 5}, ""),  # pin 5 is a wheel's PWM
+        ({"rate_hz": 1000}, ""),  # 6 channels × 1000 Hz: more than 57600 baud carries
     ],
 )
 def test_fail__bad_config_names_the_key(change, key):
@@ -130,7 +130,7 @@ def test_handshake_waits_for_the_banner_after_reset_on_open():
         try:
             assert d.firmware == (2, 5, "StandardFirmata.ino") and d.protocol_version == (2, 5)
             assert runner.opens == 1 and b.log[-1][1] == "reset"  # the board rebooted when the port opened
-            assert len(d.capabilities) == 20 and d.analog_map[14:] == (0, 1, 2, 3, 4, 5)
+            assert len(d.pin_capabilities) == 20 and d.analog_map[14:] == (0, 1, 2, 3, 4, 5)
         finally:
             d.close()
 

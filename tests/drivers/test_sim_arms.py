@@ -12,15 +12,15 @@ import pytest
 from drivers.base import DriverState
 from drivers.errors import DriverCommandError, DriverConfigError, DriverOpenError
 from drivers.registry import DRIVERS, driver_class
-from drivers.sim_scara import ScaraSimDriver
-from drivers.sim_stewart import StewartSimDriver
+from drivers.sim.scara import ScaraSimDriver
+from drivers.sim.stewart import StewartSimDriver
 from robotics.kinematics.scara import Scara
 from robotics.kinematics.stewart import StewartPlatform, joint_circle
 from sim.scara import ScaraParams
 from sim.stewart import ActuatorParams
 from tests.drivers.test_contract import DriverContract
 
-REGISTRY_LINES = {"sim-scara": "drivers.sim_scara:ScaraSimDriver", "sim-stewart": "drivers.sim_stewart:StewartSimDriver"}
+REGISTRY_LINES = {"sim-scara": "drivers.sim.scara:ScaraSimDriver", "sim-stewart": "drivers.sim.stewart:StewartSimDriver"}
 
 
 class _ArmContract(DriverContract):
@@ -161,12 +161,13 @@ def test_scara_from_config_takes_the_arm_from_robot_and_the_rest_from_driver():
     [
         ({"bogus": 1}, "bogus", "unknown key"),
         ({"seed": 1.5}, "seed", "must be an integer"),
-        ({"time_scale": 0}, "time_scale", "must be a number > 0"),
-        ({"rate_hz": "fast"}, "rate_hz", "finite number"),
-        ({"rate_hz": 5000}, "rate_hz", "rate_hz must be in"),
+        ({"time_scale": 0}, "time_scale", "must be > 0"),
+        ({"rate_hz": "fast"}, "rate_hz", "must be a number, not a text"),
+        ({"rate_hz": 5000}, "rate_hz", "must be <= 1000"),
+        ({"l1_m": math.inf}, "l1_m", "must be a finite number"),
         ({"l1_m": -0.3}, "", "link lengths must be positive"),
         ({"q_min_deg": [10, 0], "q_max_deg": [0, 10]}, "", "q_min <= q_max"),
-        ({"start_q_deg": [0]}, "start_q_deg", "must be [q1, q2]"),
+        ({"start_q_deg": [0]}, "start_q_deg", "must be a list of length 2"),
         ({"start_q_deg": [0, 175]}, "start_q_deg", "outside the joint limits"),
     ],
 )
@@ -259,15 +260,18 @@ def test_stewart_from_config_takes_explicit_joints():
     "table, key, fragment",
     [
         ({"bogus": 1}, "bogus", "unknown key"),
-        ({"base_radius_m": "big"}, "base_radius_m", "finite number"),
-        ({"base_joints_m": [[0, 0, 0]] * 5, "platform_joints_m": [[0, 0, 0]] * 6}, "base_joints_m", "six [x, y, z]"),
+        ({"base_radius_m": "big"}, "base_radius_m", "must be a number, not a text"),
+        ({"base_joints_m": [[0, 0, 0]] * 5, "platform_joints_m": [[0, 0, 0]] * 6}, "base_joints_m",
+         "must be a list of length >= 6"),
+        ({"base_joints_m": [[0, 0]] * 6, "platform_joints_m": [[0, 0, 0]] * 6}, "base_joints_m[0]",
+         "must be a list of length 3"),
         ({"base_joints_m": [[0, 0, 0]] * 6}, "base_joints_m", "together"),
         ({"base_joints_m": [[0, 0, 0]] * 6, "platform_joints_m": [[0, 0, 0]] * 6, "base_radius_m": 0.5},
          "base_radius_m", "not both"),
         ({"leg_min_m": 0.9, "leg_max_m": 0.8}, "leg_min_m", "leg_min <= leg_max"),
         ({"base_radius_m": 3.0, "leg_max_m": 0.8}, "", "no level pose"),
-        ({"max_velocity_m_s": -1}, "", "must be > 0"),
-        ({"start_pose": [0, 0, 0.5]}, "start_pose", "must be [x_m"),
+        ({"max_velocity_m_s": -1}, "max_velocity_m_s", "must be > 0"),
+        ({"start_pose": [0, 0, 0.5]}, "start_pose", "must be a list of length 6"),
         ({"start_pose": [0, 0, 0.9, 0, 0, 0]}, "start_pose", "outside their stroke"),
     ],
 )

@@ -4,8 +4,15 @@ The browser is the distribution's Chromium (``scripts/install-browser.sh``;
 ``TELEOP_CHROMIUM`` overrides the path), driven by Playwright. It is never
 downloaded and the tests never skip: no browser is a failure.
 
-The server comes from ``tests/conftest.py`` (``server_factory``, ``wait_for``):
-the real ``python -m server`` in a subprocess.
+The server comes from ``tests/conftest.py`` (``server_factory``, ``wait_for``): the real
+``python -m server`` in a subprocess; or, for the dashboard's panel tests, from
+``dashboard_server``: the same server in each of the two modes of ``modes.py`` (``local``, and
+``operator``: logged in through the login page, holding the lease), shared by consecutive tests
+of a module that ask for the same configuration.
+
+Every page ``open_dashboard`` opens has ``window.fetch`` wrapped (an init script) and its network
+watched: under login, each state-changing request the dashboard makes must carry ``X-CSRF-Token``,
+or the test fails at teardown.
 """
 
 from __future__ import annotations
@@ -17,6 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
+from tests.conftest import DEFAULT_CONFIG
+from tests.e2e.modes import COOKIE, MODES, OPERATOR, SharedServers, start_server
+from tests.server.gateway.auth.client import PASSWORD, Creds
 
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT = REPO / "test-output"
@@ -100,8 +111,26 @@ def browser(chromium):
     return chromium.get()
 
 
+# Every fetch() the page makes, reported to the test (it survives reloads: an init script runs in
+# each new document). What the header says is what the page asked for, before the browser sent it.
+FETCH_PROBE = """(() => {
+  const real = window.fetch;
+  window.fetch = function (input, init) {
+    try {
+      const req = input instanceof Request ? input : null;
+      const method = String((init && init.method) || (req && req.method) || "GET").toUpperCase();
+      const headers = new Headers((init && init.headers) || (req && req.headers) || undefined);
+      window.__teleopFetch({ method, url: String(req ? req.url : input), page: location.pathname,
+                             csrf: headers.get("X-CSRF-Token") || "" });
+    } catch (err) { /* the probe is never in the way */ }
+    return real.apply(this, arguments);
+  };
+})();"""
+STATE_CHANGING = ("POST", "PUT", "PATCH", "DELETE")
+
+
 class Dashboard:
-    """The operator page in one browser context, with what it logged."""
+    """The operator page in one browser context, with what it logged and every request it made."""
 
     def __init__(self, context, page, server, wait_for: Callable[..., Any]) -> None:
         self.context = context
@@ -110,11 +139,70 @@ class Dashboard:
         self.wait_for = wait_for
         self.console: list[tuple[str, str, str]] = []
         self.page_errors: list[str] = []
+        self.fetches: list[dict] = []          # from the page's fetch() (FETCH_PROBE)
+        self.sent: list[dict] = []             # from the network: every request to the server
+        self.user: str | None = None           # logged in as (None: local mode)
+        self.session: Creds | None = None      # its cookie and CSRF token
         self._watch(page)
 
     def _watch(self, page) -> None:
         page.on("console", lambda m: self.console.append((m.type, m.text, (m.location or {}).get("url", ""))))
         page.on("pageerror", lambda e: self.page_errors.append(str(e)))
+        page.expose_function("__teleopFetch", self._fetched)
+        page.add_init_script(script=FETCH_PROBE)
+        page.on("request", self._request)
+
+    def _fetched(self, record: dict) -> None:
+        self.fetches.append(record)
+
+    def _request(self, request) -> None:
+        if request.url.startswith(self.server.url):
+            path = request.url[len(self.server.url):]
+            self.sent.append({"method": request.method, "path": path,
+                              "csrf": request.headers.get("x-csrf-token", "")})
+
+    # ------------------------------------------------------------------ requests
+    def state_changing(self) -> list[dict]:
+        """The dashboard's own state-changing fetches (the login page's login is not the dashboard's)."""
+        return [f for f in self.fetches if f["method"] in STATE_CHANGING and f["page"] != "/login"]
+
+    def requests_without_token(self) -> list[dict]:
+        """State-changing requests without a CSRF token, as the page asked (fetch) and as the network saw."""
+        bad = [f for f in self.state_changing() if not f["csrf"]]
+        bad += [r for r in self.sent if r["method"] in STATE_CHANGING and not r["csrf"]
+                and not r["path"].startswith("/api/auth/login")]
+        return bad
+
+    # ------------------------------------------------------------------ login and the lease
+    def log_in(self, user: str = OPERATOR, password: str = PASSWORD) -> None:
+        """Through the real login page: the dashboard sends the browser there, and back after."""
+        page, url = self.page, self.server.url
+        page.goto(url + "/")
+        page.wait_for_url(url + "/login?next=**")
+        page.fill("#login-user", user)
+        page.fill("#login-password", password)
+        page.click("#login-submit")
+        page.wait_for_url(url + "/")
+        self.user = user
+        self.session = self.creds()
+        self.wait_connected()
+        self.page.wait_for_function("u => document.querySelector('#lease-panel').innerText.includes(u)",
+                                    arg=f"Signed in as {user}", timeout=20000)
+
+    def lease_says(self, text: str, timeout_s: float = 15.0) -> None:
+        self.page.wait_for_function("t => document.querySelector('#lease-panel').innerText.includes(t)",
+                                    arg=text, timeout=timeout_s * 1000)
+
+    def take_lease(self) -> None:
+        """With the dashboard's own control; then the test's HTTP calls act as this session."""
+        self.page.locator("#lease-take").click(timeout=20000)
+        self.lease_says("You drive")
+        self.server.driver = self.session
+
+    def creds(self) -> Creds:
+        cookie = next(c for c in self.context.cookies() if c["name"] == COOKIE)
+        return Creds(cookie=f"{COOKIE}={cookie['value']}", csrf=self.page.get_attribute('meta[name="csrf-token"]',
+                                                                                          "content"))
 
     # ------------------------------------------------------------------ reading the page
     def console_errors(self) -> list[tuple[str, str, str]]:
@@ -139,7 +227,7 @@ class Dashboard:
             arg=min_epoch, timeout=timeout_s * 1000)
         return self.epoch()
 
-    def wait_badge(self, state: str, timeout_s: float = 10.0) -> None:
+    def wait_badge(self, state: str, timeout_s: float = 20.0) -> None:  # a deadline: CI's 2 cores run slow
         self.page.wait_for_function(
             "s => document.querySelector('#state-badge').classList.contains('state-' + s)",
             arg=state, timeout=timeout_s * 1000)
@@ -183,27 +271,81 @@ class Dashboard:
 
 @pytest.fixture
 def open_dashboard(browser, wait_for):
-    """open_dashboard(server, viewport=DESKTOP, setup=None, **context_options) -> Dashboard, connected;
-    ``setup(page)`` runs before the page loads."""
+    """open_dashboard(server, viewport=DESKTOP, setup=None, user=OPERATOR, take_lease=True, tab_of=None,
+    **context_options) -> Dashboard, connected; ``setup(page)`` runs before the page loads.
+
+    On a server with users (``server.login``) the page logs in as ``user`` through the login page and,
+    with ``take_lease``, takes the control lease with its own button. ``tab_of=dash`` opens another tab
+    of that dashboard's browser (the same session, so it holds the lease too)."""
     opened: list[Dashboard] = []
 
     def open_(server, viewport: dict | None = None, setup: Callable[[Any], None] | None = None,
+              user: str = OPERATOR, take_lease: bool = True, tab_of: Dashboard | None = None,
               **context_options: Any) -> Dashboard:
-        context = browser.new_context(viewport=viewport or DESKTOP, **context_options)
+        context = tab_of.context if tab_of is not None else \
+            browser.new_context(viewport=viewport or DESKTOP, **context_options)
         page = context.new_page()
         if setup is not None:  # before the page loads: routes, init scripts
             setup(page)
         dash = Dashboard(context, page, server, wait_for)
         opened.append(dash)
-        page.goto(server.url + "/")
-        dash.wait_connected()
+        if getattr(server, "login", False) and tab_of is None:
+            dash.log_in(user)
+            if take_lease:
+                dash.take_lease()
+        else:
+            page.goto(server.url + "/")
+            dash.wait_connected()
+            if tab_of is not None:
+                dash.user, dash.session = tab_of.user, tab_of.session
         return dash
 
     yield open_
+    sessions: dict[str, tuple[Any, Creds]] = {}
     for dash in opened:
+        if dash.session is not None:
+            sessions[dash.session.cookie] = (dash.server, dash.session)
         try:
             dash.context.close()
         except Exception:  # already closed by the test
             pass
+    for srv, creds in sessions.values():  # the session ends with the test, and any lease or request it had
+        if srv.proc is not None and srv.proc.poll() is None:
+            srv.request("POST", "/api/auth/logout", body={}, headers={**creds.headers(), "Origin": srv.url})
     for dash in opened:
         assert not dash.page_errors, f"uncaught errors in the page: {dash.page_errors}"
+        if dash.user is not None:
+            bad = dash.requests_without_token()
+            assert not bad, f"state-changing requests without X-CSRF-Token under login: {bad}"
+
+
+@pytest.fixture(scope="module", params=MODES)
+def mode(request) -> str:
+    """``local`` (no users) or ``operator`` (logged in, holding the lease): see modes.py."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def shared_servers(mode, tmp_path_factory):
+    pool = SharedServers(mode, tmp_path_factory.mktemp(f"servers-{mode}"))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def dashboard_server(shared_servers, tmp_path):
+    """dashboard_server(overrides=None, config=DEFAULT_CONFIG, fresh=False) -> the server in this test's
+    mode: the module's shared one for this configuration, reset; ``fresh=True``: its own (a test that
+    kills it, or leaves state behind)."""
+    own = []
+
+    def get(overrides: dict | None = None, config: str = DEFAULT_CONFIG, fresh: bool = False):
+        if not fresh:
+            return shared_servers.get(overrides, config)
+        shared_servers.close()  # one server at a time on two shared cores
+        own.append(start_server(tmp_path, f"own-{len(own)}", shared_servers.mode, overrides, config))
+        return own[-1]
+
+    yield get
+    for srv in own:
+        srv.kill()

@@ -1,12 +1,15 @@
 """The arm and platform dashboards in real Chromium against the real server (issue 13 item 9): the live scheme
 renders and its bodies move when the telemetry changes (transform attributes only, the same strings the server
 computes), panels chosen by profile, click-to-move in the SCARA workspace, the joint sliders, the platform's pose
-panel, and the trajectory runner with its report. Every wait has a deadline; screenshots go to test-output/."""
+panel, and the trajectory runner with its report and the FAULHABER program of the motion. Every test runs in local
+mode and logged in as an operator holding the lease (conftest.py). Every wait has a deadline; screenshots go to
+test-output/."""
 
 from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +32,8 @@ def wait_transform(dash, element_id: str, value: str, timeout_s: float = 15.0) -
         arg=[element_id, value], timeout=timeout_s * 1000)
 
 
-def test_scara_scheme_follows_the_joints_and_only_its_transforms_change(server_factory, open_dashboard) -> None:
-    srv = server_factory(LONG_LINK, config="config/scara-sim.toml")
+def test_scara_scheme_follows_the_joints_and_only_its_transforms_change(dashboard_server, open_dashboard) -> None:
+    srv = dashboard_server(LONG_LINK, config="config/scara-sim.toml")
     dash = open_dashboard(srv)
     page = dash.page
     page.wait_for_function("() => window.teleopScheme && window.teleopScheme.svg")
@@ -56,8 +59,8 @@ def test_scara_scheme_follows_the_joints_and_only_its_transforms_change(server_f
     assert not dash.console_errors()
 
 
-def test_scara_click_to_move_and_joint_sliders(server_factory, open_dashboard) -> None:
-    srv = server_factory(LONG_LINK, config="config/scara-sim.toml")
+def test_scara_click_to_move_and_joint_sliders(dashboard_server, open_dashboard) -> None:
+    srv = dashboard_server(LONG_LINK, config="config/scara-sim.toml")
     dash = open_dashboard(srv)
     page = dash.page
     page.wait_for_function("() => document.querySelector('#scheme-panel svg .workspace')")
@@ -91,8 +94,8 @@ def test_scara_click_to_move_and_joint_sliders(server_factory, open_dashboard) -
     assert not dash.console_errors()
 
 
-def test_stewart_pose_panel_and_scheme(server_factory, open_dashboard) -> None:
-    srv = server_factory(LONG_LINK, config="config/stewart-sim.toml")
+def test_stewart_pose_panel_and_scheme(dashboard_server, open_dashboard) -> None:
+    srv = dashboard_server(LONG_LINK, config="config/stewart-sim.toml")
     dash = open_dashboard(srv)
     page = dash.page
     page.wait_for_function("() => window.teleopScheme && window.teleopScheme.svg")
@@ -130,11 +133,11 @@ def test_stewart_pose_panel_and_scheme(server_factory, open_dashboard) -> None:
     assert not dash.console_errors()
 
 
-def test_a_form_cannot_be_submitted_before_its_module_has_bound_it(server_factory, open_dashboard) -> None:
+def test_a_form_cannot_be_submitted_before_its_module_has_bound_it(dashboard_server, open_dashboard) -> None:
     """CI once clicked Run while trajectory.js was still loading on a busy machine: the form submitted
     natively, the page reloaded and no run started. The submit button is served disabled and enabled
     only once the panel's module has taken the form over."""
-    srv = server_factory(LONG_LINK, config="config/stewart-sim.toml")
+    srv = dashboard_server(LONG_LINK, config="config/stewart-sim.toml")
     held: list = []
     dash = open_dashboard(srv, setup=lambda page: page.route("**/static/js/trajectory.js",
                                                                       lambda route: held.append(route)))
@@ -157,8 +160,8 @@ def test_a_form_cannot_be_submitted_before_its_module_has_bound_it(server_factor
     assert not dash.console_errors()
 
 
-def test_the_trajectory_runner_runs_a_series_and_shows_its_report(server_factory, open_dashboard) -> None:
-    srv = server_factory({**LONG_LINK, "driver": {"time_scale": 4.0}}, config="config/stewart-sim.toml")
+def test_the_trajectory_runner_runs_a_series_and_shows_its_report(dashboard_server, open_dashboard) -> None:
+    srv = dashboard_server({**LONG_LINK, "driver": {"time_scale": 4.0}}, config="config/stewart-sim.toml")
     dash = open_dashboard(srv)
     page = dash.page
     assert srv.post("/api/start")[0] == 200
@@ -174,4 +177,44 @@ def test_the_trajectory_runner_runs_a_series_and_shows_its_report(server_factory
     rms_deg = math.degrees(report["deviation"]["roll_rad"]["rms"])
     assert f"{rms_deg:.3f} °" in row.inner_text()
     dash.screenshot("arms-trajectory.png")
+    assert not dash.console_errors()
+
+
+def test_the_scara_demo_runs_from_the_page_and_its_faulhaber_program_downloads(dashboard_server,
+                                                                             open_dashboard) -> None:
+    """Issue 18: under login the Run button and the program link were refused (403 csrf_failed): nothing ran and
+    the page said "no program for this motion"."""
+    srv = dashboard_server({**LONG_LINK, "driver": {"time_scale": 4.0}}, config="config/scara-sim.toml")
+    dash = open_dashboard(srv)
+    page = dash.page
+    page.click("#btn-start")  # from the page too: under login, it holds the lease
+    dash.wait_badge("running")
+    page.select_option("#trajectory-series", "scara_demo")
+    page.click("#trajectory-run")
+    page.wait_for_function("() => !document.querySelector('#trajectory-cancel').disabled")  # it runs
+    page.wait_for_function("() => document.querySelector('#trajectory-phase').textContent.startsWith('scara_demo')")
+    page.wait_for_function("() => !document.querySelector('#trajectory-report').hidden", timeout=60000)
+    assert page.locator('#trajectory-report tr[data-axis="q1_rad"]').count() == 1
+    with page.expect_download(timeout=30000) as download:
+        page.click("#trajectory-program")
+    assert download.value.suggested_filename == "faulhaber-scara_demo.txt"
+    lines = Path(download.value.path()).read_text().split()
+    assert lines[:2] == ["1SP" + lines[0][3:], "1AC" + lines[1][3:]] and "1M" in lines and "2M" in lines, lines[:12]
+    page.wait_for_function("() => document.querySelector('#trajectory-status').textContent.includes('saved')")
+
+    # a CSV file (sent as text/csv, with the token), cancelled; its program is the file's motion, not the series'
+    page.select_option("#trajectory-series", "")
+    # 60 s of motion (15 s at 4x): long enough that Cancel is still there when a loaded machine gets to it
+    rows = "\n".join(f"{t:.1f},{0.3 * math.sin(t / 10):.4f},1.2" for t in range(61))
+    page.set_input_files("#trajectory-file", files=[{"name": "sweep.csv", "mimeType": "text/csv",
+                                                      "buffer": f"t_s,q1_rad,q2_rad\n{rows}\n".encode()}])
+    page.click("#trajectory-run")
+    page.wait_for_function("() => document.querySelector('#trajectory-status').textContent.startsWith('running upload')")
+    page.wait_for_function("() => !document.querySelector('#trajectory-cancel').disabled")
+    page.click("#trajectory-cancel")
+    page.wait_for_function("() => document.querySelector('#trajectory-phase').textContent === 'upload: ended'")
+    with page.expect_download(timeout=30000) as download:
+        page.click("#trajectory-program")
+    assert download.value.suggested_filename == "faulhaber-sweep.txt"
+    assert Path(download.value.path()).read_text() != "\n".join(lines)
     assert not dash.console_errors()

@@ -179,3 +179,19 @@ def test_a_session_ended_from_outside_sends_the_page_to_login(server_factory, tm
     olga.page.click("#login-submit")
     olga.page.wait_for_url(srv.url + "/")
     olga.wait_connected()
+
+
+
+def test_the_page_goes_to_login_once_however_many_parts_find_the_session_gone(server_factory, tmp_path,
+                                                                              browsers) -> None:
+    """The session socket, a 401 and the lease panel can all find the session gone at once (a server restart);
+    a second ``location.assign`` aborted the first navigation (Playwright: net::ERR_ABORTED). Three calls in the
+    real page, with the navigation recorded instead of made: one navigation; then the real one lands."""
+    srv, _ = start_server(server_factory, tmp_path, {"olga": "operator"})
+    page = browsers(srv).log_in("olga").page
+    urls = page.evaluate("""() => import('/static/js/api.js').then(m => {
+        const urls = [];
+        for (let i = 0; i < 3; i++) m.goToLogin((url) => urls.push(url));
+        return urls;
+    })""")
+    assert urls == ["/login?next=%2F"], urls

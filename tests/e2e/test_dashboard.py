@@ -10,6 +10,8 @@ import math
 
 import pytest
 
+from tests.e2e.modes import ADMIN
+
 TABLET = {"width": 800, "height": 1280}
 
 pytestmark = pytest.mark.e2e
@@ -54,6 +56,21 @@ def displayed(dash, spec: dict) -> float | None:
         return 1.0 if raw == "ON" else 0.0
     return float(raw) / display_scale(spec)
 
+def widgets_follow(dash, server, robot: dict, wait_for) -> None:
+    """Each channel's widget shows what /api/state says, within the channel's resolution (or both show none)."""
+    for spec in robot["channels"]:
+        tol = max(2 * 10 ** -int(spec.get("decimals", 2)), 0.02 * (spec["max"] - spec["min"]))
+
+        def matches(spec=spec, tol=tol):
+            shown = displayed(dash, spec)
+            actual = server_state(server)["values"].get(spec["name"])
+            if actual is None or shown is None:
+                return shown is None and actual is None
+            return abs(shown - actual) <= tol
+
+        wait_for(matches, 10.0, f"the {spec['name']} widget to show the simulator's value")
+
+
 
 def server_state(server) -> dict:
     return api(server, "/api/state")
@@ -71,9 +88,9 @@ def assert_no_nonzero_speed(messages: list[dict]) -> None:
 
 # ---------------------------------------------------------------------- tests
 
-def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(server_factory, open_dashboard,
+def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(dashboard_server, open_dashboard,
                                                                                 wait_for):
-    server = server_factory()
+    server = dashboard_server()
     dash = open_dashboard(server)
     robot = api(server, "/api/robot")
     assert robot["channels"], "the profile has no channels"
@@ -84,17 +101,7 @@ def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(s
                 f"no {sel} widget for channel {spec['name']}"
 
     # each widget follows the simulator: what it shows matches /api/state within the channel's resolution
-    for spec in robot["channels"]:
-        tol = max(2 * 10 ** -int(spec.get("decimals", 2)), 0.02 * (spec["max"] - spec["min"]))
-
-        def matches(spec=spec, tol=tol):
-            shown = displayed(dash, spec)
-            actual = server_state(server)["values"].get(spec["name"])
-            if actual is None or shown is None:
-                return shown is None and actual is None
-            return abs(shown - actual) <= tol
-
-        wait_for(matches, 10.0, f"the {spec['name']} widget to show the simulator's value")
+    widgets_follow(dash, server, robot, wait_for)
 
     # status: idle badge, connection figures filled in, events and acquisition loaded
     dash.wait_badge("idle")
@@ -110,11 +117,18 @@ def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(s
         .map((el) => el.outerHTML.slice(0, 80))""")
     assert unnamed == [], unnamed
     assert dash.js("document.querySelector('#joystick').tabIndex") == 0
+    if server.login:
+        # an operator: the admin's settings say so on the page instead of being refused with a 403
+        dash.lease_says(f"Signed in as {dash.user} (operator).")
+        dash.page.wait_for_function("() => document.querySelector('#acq-status').textContent.includes('needs an admin')")
+        assert dash.page.locator("#acq-apply").is_disabled()
+        assert dash.page.locator("#magcal-button").is_disabled()
+        assert "needs an admin" in dash.page.get_attribute("#magcal-button", "title")
     assert dash.console_errors() == [], dash.console_errors()
 
 
-def test_start_and_joystick_drag_drive_the_rover_and_release_stops_it(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_start_and_joystick_drag_drive_the_rover_and_release_stops_it(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     dash.click_start()
 
@@ -136,8 +150,8 @@ def test_start_and_joystick_drag_drive_the_rover_and_release_stops_it(server_fac
     assert dash.console_errors() == [], dash.console_errors()
 
 
-def test_keyboard_drives_while_held(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_keyboard_drives_while_held(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     dash.click_start()
     dash.page.locator("#joystick").focus()
@@ -151,8 +165,8 @@ def test_keyboard_drives_while_held(server_factory, open_dashboard, wait_for):
     wait_for(lambda: server_state(server)["setpoint"]["angular"] == 0.0, 5.0, "releasing Left to command zero")
 
 
-def test_estop_button_latches_and_reset_after_confirmation_clears_it(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_estop_button_latches_and_reset_after_confirmation_clears_it(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     dash.click_start()
     dash.page.click("#estop")
@@ -182,8 +196,23 @@ def test_estop_button_latches_and_reset_after_confirmation_clears_it(server_fact
     dialog.wait_for(state="hidden")
 
 
-def test_space_key_latches_estop_even_with_a_button_focused(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_estop_goes_over_http_when_the_socket_cannot_carry_it(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
+    dash = open_dashboard(server)
+    dash.click_start()
+    # the socket takes nothing more (as if it had just died): the button's second path is POST /api/estop,
+    # sent at once through api.js (under login with the page's token, which the teardown checks)
+    dash.js("() => { window.teleop.session.send = () => false; }")
+    dash.page.click("#estop")
+    wait_for(lambda: server_state(server)["state"] == "estop", 5.0, "the HTTP e-stop to latch")
+    assert "dashboard E-STOP button" in server_state(server)["cause"]["message"]
+    sent = [r for r in dash.sent if r["method"] == "POST" and r["path"] == "/api/estop"]
+    assert len(sent) == 1 and (sent[0]["csrf"] != "") == server.login, sent
+    assert dash.page.locator("#command-error").is_hidden()
+
+
+def test_space_key_latches_estop_even_with_a_button_focused(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     dash.click_start()
     dash.page.wait_for_function("() => !document.querySelector('#btn-stop').disabled")
@@ -194,8 +223,8 @@ def test_space_key_latches_estop_even_with_a_button_focused(server_factory, open
     dash.page.locator("#estop-banner").wait_for(state="visible")
 
 
-def test_reset_refused_while_the_cause_persists_shows_why(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_reset_refused_while_the_cause_persists_shows_why(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     dash.click_start()
     status, body = server.post("/api/debug/driver", json={"battery_v": 10.0})
@@ -237,8 +266,8 @@ def _stopped_by_link_loss(server) -> bool:
     return s["setpoint"]["linear"] == 0.0 and abs(s["values"]["linear_m_s"]) < 0.01
 
 
-def test_hiding_the_tab_while_driving_stops_the_rover(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_hiding_the_tab_while_driving_stops_the_rover(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     _drive(dash, server, wait_for)
     epoch = dash.epoch()
@@ -263,8 +292,8 @@ def test_hiding_the_tab_while_driving_stops_the_rover(server_factory, open_dashb
     assert after[0]["linear"] == 0 and after[0]["angular"] == 0
 
 
-def test_window_losing_focus_while_driving_stops_the_rover(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_window_losing_focus_while_driving_stops_the_rover(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     _drive(dash, server, wait_for)
     # a real blur: stop emulating focus for every page, then bring another page to the front
@@ -279,8 +308,8 @@ def test_window_losing_focus_while_driving_stops_the_rover(server_factory, open_
     dash.page.wait_for_function("() => document.querySelector('#drive-hint').textContent.includes('not focused')")
 
 
-def test_closing_the_page_while_driving_stops_the_rover(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_closing_the_page_while_driving_stops_the_rover(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     _drive(dash, server, wait_for)
     dash.page.close(run_before_unload=True)
@@ -289,8 +318,26 @@ def test_closing_the_page_while_driving_stops_the_rover(server_factory, open_das
     assert server_state(server)["cause"]["trigger"] == "link_loss"
 
 
-def test_server_restart_page_reconnects_and_does_not_move_the_robot(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_a_page_whose_link_went_while_driving_sends_zero_first_and_one_that_was_watching_sends_nothing(
+        dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server({"safety": {"command_timeout_s": 10.0, "governor": {"enabled": False}}})
+    watcher = open_dashboard(server, take_lease=False)  # a second page, only watching
+    dash = open_dashboard(server)
+    _drive(dash, server, wait_for)  # the mouse stays down on the joystick
+    for page in (dash, watcher):
+        epoch = page.epoch()
+        page.js("() => window.teleop.session.ws.close()")  # the link goes; the page reconnects by itself
+        page.wait_connected(epoch + 1)
+    assert server_state(server)["state"] == "running"  # the long timeout: no link-loss stop in between
+    driver_sent = [m for m in dash.sent_since(dash.epoch()) if m["type"] in ("speed", "heartbeat")]  # commands
+    assert driver_sent and driver_sent[0]["type"] == "speed", driver_sent
+    assert driver_sent[0]["linear"] == 0 and driver_sent[0]["angular"] == 0, driver_sent
+    wait_for(lambda: server_state(server)["setpoint"]["linear"] == 0.0, 5.0, "the zero speed in force")
+    assert [m for m in watcher.sent_since(1) if m["type"] == "speed"] == [], watcher.sent_since(1)
+
+
+def test_server_restart_page_reconnects_and_does_not_move_the_robot(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server(fresh=True)   # it is killed
     dash = open_dashboard(server)
     _drive(dash, server, wait_for)          # the mouse stays down on the joystick throughout
 
@@ -302,7 +349,17 @@ def test_server_restart_page_reconnects_and_does_not_move_the_robot(server_facto
     assert dash.page.locator("#btn-start").is_disabled()
 
     server.restart()
-    epoch = dash.wait_connected(min_epoch=2, timeout_s=30)
+    if server.login:
+        # sessions and the lease live in the gateway's memory (docs/security.md): the page goes to the
+        # login page; logged in again, the operator takes the lease again and grabs the joystick again
+        # while the robot is idle (the press must not carry over when it starts)
+        dash.page.wait_for_url(server.url + "/login?next=**", timeout=30000)
+        dash.log_in()
+        dash.take_lease()
+        epoch = dash.epoch()
+        dash.press_joystick(0.0, 0.8)
+    else:
+        epoch = dash.wait_connected(min_epoch=2, timeout_s=30)
     dash.page.locator("#conn-banner").wait_for(state="hidden")
     dash.wait_badge("idle")
     s = server_state(server)
@@ -325,13 +382,13 @@ def test_server_restart_page_reconnects_and_does_not_move_the_robot(server_facto
     # acting again works: release, press again
     dash.release_mouse()
     dash.press_joystick(0.0, 0.8)
-    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 5.0, "a fresh press to drive")
+    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 15.0, "a fresh press to drive")
     dash.release_mouse()
 
 
-def test_acquisition_panel_applies_settings_and_shows_server_validation(server_factory, open_dashboard, wait_for):
-    server = server_factory()
-    dash = open_dashboard(server)
+def test_acquisition_panel_applies_settings_and_shows_server_validation(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
+    dash = open_dashboard(server, user=ADMIN)  # acquisition is an admin's setting (docs/security.md)
     page = dash.page
     acq = api(server, "/api/acquisition")
     page.wait_for_function("() => document.querySelectorAll('#acq-channels input').length > 0")
@@ -351,8 +408,8 @@ def test_acquisition_panel_applies_settings_and_shows_server_validation(server_f
     page.wait_for_function("() => document.querySelector('#acq-status').textContent.startsWith('applied')")
 
 
-def test_tablet_layout_fits_and_touch_drives(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_tablet_layout_fits_and_touch_drives(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server, viewport=TABLET, has_touch=True)
     page = dash.page
     assert page.evaluate("document.documentElement.scrollWidth") <= TABLET["width"], "horizontal scrolling on a tablet"
@@ -379,8 +436,8 @@ def test_tablet_layout_fits_and_touch_drives(server_factory, open_dashboard, wai
     assert dash.console_errors() == [], dash.console_errors()
 
 
-def test_gamepad_stick_drives_and_button_1_latches_estop(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_gamepad_stick_drives_and_button_1_latches_estop(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     dash.click_start()
     # Headless Chromium has no gamepads: stand one in for navigator.getGamepads(), as the

@@ -12,6 +12,7 @@ import tomllib
 import pytest
 
 from tests.conftest import DEFAULT_CONFIG, REPO
+from tests.e2e.modes import ADMIN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -34,8 +35,8 @@ def wait_readout(dash, wait_for, what: str, **want: str) -> dict[str, str]:
         raise AssertionError(f"{err}; the Drive panel shows {drive_readout(dash)}") from None
 
 
-def test_drive_panel_shows_the_setpoint_in_force_and_where_it_came_from(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_drive_panel_shows_the_setpoint_in_force_and_where_it_came_from(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     wait_readout(dash, wait_for, "a zero setpoint at rest", linear="0.00", angular="0.00", source="none (zero)")
 
@@ -49,10 +50,23 @@ def test_drive_panel_shows_the_setpoint_in_force_and_where_it_came_from(server_f
                  linear="0.10", angular="0.30", source="HTTP API", input="none")
 
     # another client drives over its websocket: the second page's joystick
-    other = open_dashboard(server)
+    other = open_dashboard(server, tab_of=dash)  # another tab of the same browser: under login, the same session
+    try:
+        other.wait_badge("running", timeout_s=40.0)
+    except Exception as err:  # CI saw it time out once (20 s, local mode): say whether the robot still ran
+        st = server.state()
+        badge = other.js("() => document.querySelector('#state-badge').className")
+        connected = other.js("() => !!(window.teleop && window.teleop.session.connected)")
+        raise AssertionError(f"the second tab's badge is not 'running': {type(err).__name__}; it shows {badge!r}, "
+                             f"connected {connected}; server: {st['state']}, cause {st.get('cause')}") from None
     other.press_joystick(0.0, 0.3)
-    wait_for(lambda: server.state()["setpoint"]["source"] == "websocket"
-             and server.state()["setpoint"]["linear"] > 0.0, 10.0, "the other page's joystick to take over")
+    try:
+        wait_for(lambda: server.state()["setpoint"]["source"] == "websocket"
+                 and server.state()["setpoint"]["linear"] > 0.0, 10.0, "the other page's joystick to take over")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; the other page: {drive_readout(other)}, hint "
+                             f"{other.page.inner_text('#drive-hint')!r}, sent {other.sent_since(0)[-5:]}, "
+                             f"server {server.state()['setpoint']}") from None
     wait_readout(dash, wait_for, "the first page to name the other client", source="websocket (another client)")
     wait_readout(other, wait_for, "the driving page to name itself", source="this page (joystick)", input="joystick")
     # the joystick may still be easing: the page and the server agree once it has settled
@@ -70,8 +84,8 @@ def test_drive_panel_shows_the_setpoint_in_force_and_where_it_came_from(server_f
     assert dash.console_errors() == [], dash.console_errors()
 
 
-def test_plots_of_a_flat_value_span_the_channels_range(server_factory, open_dashboard, wait_for):
-    server = server_factory()
+def test_plots_of_a_flat_value_span_the_channels_range(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server()
     dash = open_dashboard(server)
     robot = server.get("/api/robot")[1]
     specs = {c["name"]: c for c in robot["channels"]}
@@ -98,8 +112,8 @@ def test_plots_of_a_flat_value_span_the_channels_range(server_factory, open_dash
         assert chart["min"] <= lo + 1e-9 and chart["max"] >= hi - 1e-9, (chart, lo, hi)
 
 
-def test_angle_widgets_show_the_degree_sign_never_deg(server_factory, open_dashboard):
-    server = server_factory()
+def test_angle_widgets_show_the_degree_sign_never_deg(dashboard_server, open_dashboard):
+    server = dashboard_server()
     dash = open_dashboard(server)
     dash.page.wait_for_selector('.gauge[data-channel="heading_deg"] .gauge-unit')
     assert dash.page.inner_text('.gauge[data-channel="heading_deg"] .gauge-unit') == "°"
@@ -108,14 +122,14 @@ def test_angle_widgets_show_the_degree_sign_never_deg(server_factory, open_dashb
     assert texts and not [t for t in texts if re.search(r"\bdeg\b", t)], texts
 
 
-def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(server_factory, open_dashboard,
+def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(dashboard_server, open_dashboard,
                                                                             wait_for, tmp_path):
     # the sim rover at 4x, turning fast, so the real calibration run takes seconds; no stored calibration
-    server = server_factory({"driver": {"time_scale": 4.0}, "calibration": {"mag_turn_rate_rad_s": 0.8},
-                             "server": {"state_dir": str(tmp_path)}})
+    server = dashboard_server({"driver": {"time_scale": 4.0}, "calibration": {"mag_turn_rate_rad_s": 0.8},
+                               "server": {"state_dir": str(tmp_path)}}, fresh=True)  # it stores a calibration
     estimation = server.state()["estimation"]
     assert estimation["heading_calibrated"] is False and "10°" in estimation["warning"]
-    dash = open_dashboard(server)
+    dash = open_dashboard(server, user=ADMIN)  # the compass calibration is an admin's (docs/security.md)
     page = dash.page
     warning = page.locator("#heading-warning")
     warning.wait_for(state="visible")
@@ -150,12 +164,12 @@ def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(serv
     assert dash.console_errors() == [], dash.console_errors()
 
 
-def test_a_stale_rule_channel_greys_its_gauge(server_factory, open_dashboard, wait_for):
+def test_a_stale_rule_channel_greys_its_gauge(dashboard_server, open_dashboard, wait_for):
     # A rule watching a UWB range that never delivers a finite sample (every range drops
     # out): the server lists the channel in `stale` (docs/api.md "State") while idle.
     base_rules = tomllib.loads((REPO / DEFAULT_CONFIG).read_text())["safety"]["rules"]
     rules = base_rules + [{"name": "uwb_watch", "channel": "uwb_range_0_m", "above": 100.0, "category": 1}]
-    server = server_factory({"driver": {"uwb": {"dropout_probability": 1.0}}, "safety": {"rules": rules}})
+    server = dashboard_server({"driver": {"uwb": {"dropout_probability": 1.0}}, "safety": {"rules": rules}})
     wait_for(lambda: server.state()["stale"] == ["uwb_range_0_m"], 10.0, "the UWB range to be reported stale")
     dash = open_dashboard(server)
     page = dash.page
@@ -165,3 +179,65 @@ def test_a_stale_rule_channel_greys_its_gauge(server_factory, open_dashboard, wa
     # only that one: a fresh channel is not marked
     assert page.locator(".gauge.sensor-stale").count() == 1
     assert not page.locator('.gauge[data-channel="battery_v"] .gauge-stale-tag').is_visible()
+
+
+def test_the_state_badge_says_stale_while_the_runtime_is_frozen(server_factory, open_dashboard, wait_for):
+    """Issue 18 item 12: a frozen runtime's last state kept showing "running" as if live; the badge now says
+    it is stale while no snapshot comes, and clears once they do again."""
+    import os
+    import signal
+
+    server = server_factory({"safety": {"command_timeout_s": 60.0}})
+    dash = open_dashboard(server)
+    assert server.post("/api/start")[0] == 200
+    dash.wait_badge("running")
+    stale = "document.querySelector('#state-badge').classList.contains('snapshot-stale')"
+    assert dash.js(stale) is False
+    pid = server.get("/api/telemetry")[1]["runtime"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        dash.page.wait_for_function(f"() => {stale}", timeout=10_000)
+        assert "running" in dash.page.locator("#state-badge").get_attribute("class")  # the last state, marked
+        assert "no new state" in dash.page.locator("#state-badge").get_attribute("title")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    dash.page.wait_for_function(f"() => !{stale}", timeout=20_000)
+    assert dash.console_errors() == [], dash.console_errors()
+
+
+def test_the_telemetry_age_shown_survives_wall_clock_steps(dashboard_server, open_dashboard, wait_for):
+    """Issue 20: every age on one monotonic clock. Between the server and the page, a proxy steps the server's
+    wall clock back an hour at every pong (snapshots' ``t`` and pongs' ``server_t`` move together, as an NTP
+    step moves them): the page's min-RTT offset then comes from a pong of another hour than the snapshot's
+    ``t``, and an age from wall stamps reads an hour. From ``mono_t`` and ``server_mono`` it stays right."""
+    import json as _json
+
+    server = dashboard_server()
+    steps = [0]
+
+    def shift(raw: str) -> str:
+        msg = _json.loads(raw)
+        if msg.get("type") == "pong":
+            steps[0] += 1
+            msg["server_t"] -= 3600.0 * steps[0]
+        elif msg.get("type") == "telemetry" and isinstance(msg.get("data"), dict):
+            msg["data"]["t"] -= 3600.0 * steps[0]
+        else:
+            return raw
+        return _json.dumps(msg)
+
+    def proxy(ws) -> None:
+        upstream = ws.connect_to_server()
+        upstream.on_message(lambda m: ws.send(shift(m) if isinstance(m, str) else m))
+
+    dash = open_dashboard(server, setup=lambda page: page.route_web_socket("**/ws/telemetry*", proxy))
+    # (the proxy's handlers run only while Playwright is called: the predicate pumps it)
+    wait_for(lambda: dash.page.wait_for_timeout(100) or steps[0] >= 4, 60.0,
+             "four pongs through the proxy (four clock steps)")
+    ages = []
+    for _ in range(20):
+        dash.page.wait_for_function("() => /^[0-9]/.test(document.querySelector("
+                                    "'#link-panel [data-field=telemetry_age]').textContent)", timeout=30000)
+        ages.append(float(dash.page.locator("#link-panel [data-field=telemetry_age]").inner_text().replace(",", "")))
+        dash.page.wait_for_timeout(300)  # a reading every 0.3 s over 6 s: across pongs and their steps
+    assert max(ages) < 30_000, f"telemetry ages shown {ages} ms: computed from wall-clock stamps"

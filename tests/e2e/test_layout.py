@@ -45,9 +45,9 @@ def assert_estop_fits(dash, width: int, state: str) -> None:
                              f"{MIN_TAP_PX} px square, and scrollWidth must be <= innerWidth)") from None
 
 
-def test_estop_is_whole_and_tappable_and_nothing_scrolls_sideways_at_every_width(server_factory, open_dashboard,
+def test_estop_is_whole_and_tappable_and_nothing_scrolls_sideways_at_every_width(dashboard_server, open_dashboard,
                                                                                  wait_for):
-    server = server_factory()
+    server = dashboard_server()
     dash = open_dashboard(server, viewport={"width": WIDTHS_PX[0], "height": HEIGHT_PX}, has_touch=True)
     dash.wait_badge("idle")
     for width in WIDTHS_PX:
@@ -66,8 +66,8 @@ def test_estop_is_whole_and_tappable_and_nothing_scrolls_sideways_at_every_width
     assert dash.console_errors() == [], dash.console_errors()
 
 
-def test_latched_badge_and_estop_button_are_distinct(server_factory, open_dashboard):
-    server = server_factory()
+def test_latched_badge_and_estop_button_are_distinct(dashboard_server, open_dashboard):
+    server = dashboard_server()
     dash = open_dashboard(server, viewport={"width": 390, "height": HEIGHT_PX})
     status, body = server.post("/api/estop", json={"reason": "layout test"})
     assert status == 200, body

@@ -1,6 +1,7 @@
 """The recordings panel and the REC indicator in real Chromium, on the real server: a named recording
 started and stopped from the page, its CSV export (column chooser, time range), report, download and
-a confirmed delete; a refused name; a full disk shown amber."""
+a confirmed delete; a refused name; a full disk shown amber. In local mode and logged in (an operator
+records; deleting is an admin's, who is asked nothing more right after logging in)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 
 import pytest
 
+from tests.e2e.modes import ADMIN
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 MAGIC = [0x89, 0x4D, 0x43, 0x41, 0x50]  # \x89MCAP
@@ -20,8 +23,8 @@ def fetch_text(page, href: str) -> tuple[int, str]:
     return tuple(page.evaluate("async (h) => { const r = await fetch(h); return [r.status, await r.text()]; }", href))
 
 
-def test_record_export_report_and_delete_from_the_dashboard(server_factory, open_dashboard, tmp_path, wait_for):
-    srv = server_factory({"recording": {"dir": str(tmp_path / "rec"), "flush_s": 0.2}})
+def test_record_export_report_and_delete_from_the_dashboard(dashboard_server, open_dashboard, tmp_path, wait_for):
+    srv = dashboard_server({"recording": {"dir": str(tmp_path / "rec"), "flush_s": 0.2}}, fresh=True)
     dash = open_dashboard(srv)
     page = dash.page
     page.wait_for_function("() => document.querySelector('#rec-status').textContent.includes('Not recording')")
@@ -83,7 +86,16 @@ def test_record_export_report_and_delete_from_the_dashboard(server_factory, open
                          row.get_by_role("link", name="⤓ mcap").get_attribute("href"))
     assert head == MAGIC
 
-    # delete asks first; cancel keeps the file
+    # delete asks first; cancel keeps the file. Deleting is an admin's: an operator gets no delete button
+    # (the server would answer 403), so under login an admin's dashboard deletes it
+    if srv.login:
+        assert row.get_by_role("button", name="CSV…").count() == 1
+        assert row.get_by_role("button", name="delete…").count() == 0
+        started = [f["url"] for f in dash.state_changing()]
+        assert any(u.endswith("/api/recordings/start") for u in started), started  # the probe saw them
+        admin = open_dashboard(srv, user=ADMIN, take_lease=False)
+        page = admin.page
+        row = page.locator(f'#rec-list tr[data-file="{file}"]')
     row.get_by_role("button", name="delete…").click()
     confirm = page.locator("#rec-delete-dialog")
     confirm.wait_for(state="visible")
@@ -101,15 +113,15 @@ def test_record_export_report_and_delete_from_the_dashboard(server_factory, open
     assert not errors, errors  # the refused name's 422 was expected
 
 
-def test_a_full_disk_shows_amber_on_the_dashboard(server_factory, open_dashboard, tmp_path, wait_for):
+def test_a_full_disk_shows_amber_on_the_dashboard(dashboard_server, open_dashboard, tmp_path, wait_for):
     mnt = tmp_path / "small"
     mnt.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
                                            capture_output=True).returncode != 0:
         pytest.skip("cannot mount a tmpfs here (not root)")
     try:
-        srv = server_factory({"recording": {"dir": str(mnt / "rec"), "always_on": True, "flush_s": 0.05,
-                                            "chunk_bytes": 4096, "compression": "none"}})
+        srv = dashboard_server({"recording": {"dir": str(mnt / "rec"), "always_on": True, "flush_s": 0.05,
+                                            "chunk_bytes": 4096, "compression": "none"}}, fresh=True)
         dash = open_dashboard(srv)
         page = dash.page
         page.wait_for_function("() => document.querySelector('#rec-indicator')?.classList.contains('rec-error')",

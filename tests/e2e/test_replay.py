@@ -1,12 +1,14 @@
 """Replay mode in real Chromium: ``python -m server replay FILE`` drives the same dashboard from a
 recording of a real run; gauges move, the command controls are disabled and refused, and the REPLAY
-banner plays, pauses, seeks and changes speed."""
+banner plays, pauses, seeks and changes speed. In local mode and logged in as an operator."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.server.gateway.recording.real_run import ReplayProc, record_driven_run, write_config
+from tests.conftest import DEFAULT_CONFIG
+from tests.e2e.modes import E2EReplay, write_config
+from tests.server.gateway.recording.real_run import record_driven_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -19,8 +21,11 @@ def recording(tmp_path_factory):
 
 
 @pytest.fixture
-def replay(recording, tmp_path):
-    proc = ReplayProc(recording, write_config(tmp_path, {}), "--paused").start()
+def replay(recording, tmp_path, mode):
+    """The replay, in local mode or with users (conftest.py's ``mode``)."""
+    proc = E2EReplay(recording, write_config(tmp_path, "replay", mode, {}, DEFAULT_CONFIG), "--paused")
+    proc.set_mode(mode)
+    proc.start()
     yield proc
     proc.kill()
 
@@ -55,8 +60,11 @@ def test_replay_drives_the_dashboard_and_refuses_commands(replay, recording, ope
     assert replay.get("/api/replay")[1]["position_t"] == at
 
     # the page cannot command the robot: the server says so too
-    reply = page.evaluate("""async () => { const r = await fetch('/api/start', {method: 'POST'});
-                                           return [r.status, (await r.json()).error.code]; }""")
+    # (with the page's CSRF token, as the page would send it: the replay refuses it, not the trust layer)
+    reply = page.evaluate("""async () => {
+        const token = document.querySelector('meta[name="csrf-token"]').content;
+        const r = await fetch('/api/start', {method: 'POST', headers: {'X-CSRF-Token': token}});
+        return [r.status, (await r.json()).error.code]; }""")
     assert reply == [409, "replay"]
     res = page.evaluate("() => window.teleop.session.command('start')")
     assert res["ok"] is False and res["error"]["code"] == "replay"

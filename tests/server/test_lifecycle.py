@@ -52,6 +52,8 @@ def test_sigterm_while_driving_logs_the_halt_and_pushes_a_final_snapshot(server:
                 server.proc.send_signal(signal.SIGTERM)
                 while True:
                     msg = await asyncio.wait_for(ws.receive(), 10)
+                    if msg.type == aiohttp.WSMsgType.CLOSE:  # the server's code (close_code may turn 1006
+                        return seen_events, last, msg.data  # when it has gone before our close reply)
                     if msg.type != aiohttp.WSMsgType.TEXT:
                         return seen_events, last, ws.close_code
                     data = json.loads(msg.data)

@@ -146,8 +146,9 @@ def test_a_killed_launcher_leaves_no_orphan(server: ServerProc) -> None:
 def test_console_drives_the_runtime_without_the_gateway(server: ServerProc) -> None:
     sock = socket_path(server)
 
-    def call(method: str, params: str = "{}") -> dict:
-        out = subprocess.run([sys.executable, "-m", "server.console", "--socket", sock, "call", method, params],
+    def call(method: str, params: str = "{}") -> dict:  # takes control: only the holder's commands keep it alive
+        out = subprocess.run([sys.executable, "-m", "server.console", "--socket", sock, "call", "--control", method,
+                              params],
                              cwd=REPO, capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)

@@ -8,7 +8,7 @@ import typing
 import msgspec
 
 from drivers.base import ChannelSpec
-from server.runtime_api import ChannelSpecParams
+from server.runtime_api.params import ChannelSpecParams
 
 
 def test_declared_channels_take_exactly_the_fields_of_a_driver_channel() -> None:

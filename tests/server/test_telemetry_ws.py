@@ -11,22 +11,9 @@ import aiohttp
 import pytest
 import websockets
 
-from tests.conftest import ServerProc, wait_until
+from tests.conftest import ServerProc, next_of, wait_until
 
 pytestmark = pytest.mark.timeout(60)
-
-
-async def next_of(ws, kind: str, timeout_s: float = 5.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise AssertionError(f"no {kind!r} message within {timeout_s} s")
-        msg = await asyncio.wait_for(ws.receive(), remaining)
-        assert msg.type == aiohttp.WSMsgType.TEXT, msg
-        data = json.loads(msg.data)
-        if data["type"] == kind:
-            return data
 
 
 def test_hello_then_snapshots_with_increasing_seq(server: ServerProc) -> None:

@@ -210,16 +210,16 @@ def test_a_delayed_marker_fix_is_moved_by_the_odometry_since_its_capture() -> No
         return observe((x, 0.0, 0.0), marker[0], 0, range_sigma_m=0.01, bearing_sigma_rad=0.002)
 
     step(0.0)
-    assert st.update_markers([seen_from(float(st.pose.state[0]))], marker, 0.0, 0.0)  # starts the history
+    assert st.update_markers([seen_from(float(st.position.pose.state[0]))], marker, 0.0, 0.0)  # starts the history
     for k in range(1, 101):
         step(k * PERIOD)
-    x_now = float(st.pose.state[0])
-    x_then = st._pose_at(0.8)[0]  # noqa: SLF001 - where the estimate was when the frame was taken
+    x_now = float(st.position.pose.state[0])
+    x_then = st.position._pose_at(0.8)[0]  # noqa: SLF001 - where the estimate was when the frame was taken
     assert x_now - x_then == pytest.approx(0.1, abs=0.006)
     # a frame 0.2 s old that agrees with the estimate of its time: no correction now (unshifted, it
     # would pull the estimate 0.1 m back towards where the rover was)
     assert st.update_markers([seen_from(x_then)], marker, 0.8, 1.0)
-    assert abs(float(st.pose.state[0]) - x_now) < 2e-3
+    assert abs(float(st.position.pose.state[0]) - x_now) < 2e-3
     assert st.status()["marker_fixes"] == {"accepted": 2, "gated": 0, "failed": 0}
 
 
@@ -228,7 +228,7 @@ def test_a_marker_fix_far_from_the_estimate_is_gated_out() -> None:
     facing_north = {**still_imu(), "mag_x_ut": 25.0, "mag_y_ut": 0.0, "mag_z_ut": -43.0}
     for k in range(3):
         st.process(facing_north, PERIOD, k * PERIOD)
-    assert st.pose is not None and abs(st.yaw - math.pi / 2) < 0.01  # at the origin, heading known
+    assert st.position.pose is not None and abs(st.attitude.yaw - math.pi / 2) < 0.01  # at the origin, heading known
     marker = {0: (0.0, 10.0, -math.pi / 2)}
     obs = MarkerObservation(0, 2.0, 0.0, range_sigma_m=0.01)
     assert not st.update_markers([obs], marker, 0.02, 0.03)  # says y = 8 while the estimate is at 0 ± 5 cm

@@ -60,7 +60,9 @@ def test_vision_channels_reach_the_runtime_with_their_capture_times(server_facto
     srv = vision_server(server_factory)
     ext = vision_fresh(srv)
     assert ext["channels"] == 23 and ext["refused"] == 0 and ext["last_error"] is None
-    assert 0.0 <= ext["age_s"] < 0.5 and 0.0 < ext["latency_s"] < 0.5  # capture → the runtime
+    # capture → the runtime: a capture time that is in the past and came with each measurement (how long it
+    # takes is bench/bench_vision.py's figure, not a test's)
+    assert 0.0 <= ext["age_s"] and 0.0 < ext["latency_s"] and math.isfinite(ext["latency_s"])
     values = srv.state()["values"]
     # the start pose looks at marker 0, 3 m ahead on the east wall, and at bare floor
     assert values["vision_marker_id"] == 0 and values["vision_markers"] >= 1
@@ -196,7 +198,9 @@ def test_go_to_marker_over_the_telemetry_websocket(server_factory) -> None:
     with Heartbeat(srv):
         refused, ok = asyncio.run(go())
         assert refused["type"] == "error" and refused["error"]["code"] == "not_in_view"
+        result = ok.pop("result")  # the registry's reply="result": the ack carries the runtime's answer (docs/api.md)
         assert ok == {"type": "ack", "id": 2, "command": "go_to_marker", "state": "running"}
+        assert result["behavior"]["marker_id"] == 0
         end = wait_until(lambda: events(srv, "behavior_end", "behavior_cancel"), 60, "the end")[0]
     assert end["values"]["outcome"].startswith("reached") and true_range(srv) == pytest.approx(2.0, abs=0.08)
 
@@ -231,7 +235,7 @@ def test_the_overlay_socket_sends_each_result_with_marker_corners_and_axes(serve
 
 
 def test_overlay_sockets_are_capped_like_video_viewers(server_factory) -> None:
-    srv = vision_server(server_factory, video={"max_viewers": 2})
+    srv = vision_server(server_factory, video={"max_viewers": 2, "reserved_for_lease": 0, "reserved_for_operators": 0})
 
     async def crowd() -> tuple[int, int]:
         async with aiohttp.ClientSession() as http:

@@ -193,15 +193,17 @@ def test_driver_doppler_streams_are_seeded_and_do_not_shift_the_others():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"rate_hz": 0}, "doppler.rate_hz must be > 0"),
-    ({"depression_deg": 85}, r"doppler.depression_deg=85 must be in \[0.0, 80.0\]"),
-    ({"quadrature": "yes"}, "doppler.quadrature must be true or false"),
-    ({"sigma_rel": math.nan}, "doppler.sigma_rel must be a finite number"),
-    ({"targets": {"from": [0, 0]}}, "doppler.targets must be a list of tables"),
-    ({"targets": [{"from": [0, 0], "to": [0, 0]}]}, r"doppler.targets\[0\] needs from != to"),
-    ({"targets": [{"from": [0, 0, 0], "to": [1, 0]}]}, r"doppler.targets\[0\].from must be finite numbers"),
-    ({"targets": [{"from": [0, 0], "to": [1, 0], "pace": 1}]}, r"unknown key\(s\) pace"),
-    ({"range_m": 3}, r"doppler: unknown key\(s\) range_m"),
+    ({"rate_hz": 0}, r"doppler.rate_hz: must be > 0"),
+    ({"depression_deg": 85}, r"doppler.depression_deg: must be <= 80.0"),
+    ({"quadrature": "yes"}, "doppler.quadrature: must be true or false"),
+    ({"sigma_rel": math.nan}, "doppler.sigma_rel: must be a finite number"),
+    ({"targets": {"from": [0, 0]}}, "doppler.targets: must be a list, not a table"),
+    ({"targets": [{"from": [0, 0], "to": [0, 0]}]}, r"doppler.targets\[0\]: needs from != to"),
+    ({"targets": [{"from": [0, 0, 0], "to": [1, 0]}]}, r"doppler.targets\[0\].from: must be a list of length 2"),
+    ({"targets": [{"from": [0, 0], "to": [1, 0], "pace": 1}]},
+     r"doppler.targets\[0\].pace: unknown key \(known: from, to, speed_m_s, start_s\)"),
+    ({"range_m": 3}, r"doppler.range_m: unknown key \(known: enabled, rate_hz"),
+    ({"targets": [{"from": [0, 0], "to": [1, 0], "speed_m_s": 0}]}, r"doppler.targets\[0\].speed_m_s: must be > 0"),
 ])
 def test_fail__driver_doppler_table(bad, message):
     with pytest.raises(DriverConfigError, match=message):

@@ -192,3 +192,89 @@ def test_inactive_sensor_channels_are_omitted() -> None:
 def test_fail__bad_sensor_settings(settings: dict) -> None:
     with pytest.raises(ValueError):
         SimDriver(settings, WORLD)
+
+
+# ---------------------------------------------------------------- the field's disturbances (issue 23)
+STEEL = {"position": [3.5, 2.0, -0.05], "moment_am2": [0.5, 2.0, -3.0]}
+
+
+def mag_reading(world: dict | None = None, pose=(3.0, 2.0, 0.0), steps: int = 3, **mag) -> np.ndarray:
+    d = make(world=world or {"size_m": [6.0, 4.0]}, magnetometer={"noise_ut": 0.0, **mag}, start_pose=[*pose[:2],
+                                                                                                       pose[2]])
+    for _ in range(steps):
+        v = d.read(0.01).values
+    return vec(v, MAGC)
+
+
+def test_a_steel_object_adds_its_dipole_field_at_the_sensor_in_body_axes() -> None:
+    from sim.magnetic import SteelObject
+
+    clean = mag_reading()
+    bent = mag_reading(world={"size_m": [6.0, 4.0], "steel": [STEEL]})
+    expected = SteelObject(3.5, 2.0, -0.05, (0.5, 2.0, -3.0)).field_t([3.0, 2.0, 0.0]) * 1e6  # facing east: body = world
+    assert bent - clean == pytest.approx(expected, abs=1e-9)
+    assert np.linalg.norm(expected) > 2.0  # half a metre from it: a few µT
+
+
+def test_the_sensor_lever_arm_is_where_the_field_is_felt() -> None:
+    world = {"size_m": [6.0, 4.0], "steel": [STEEL]}
+    centre, ahead = mag_reading(world=world), mag_reading(world=world, lever_arm_m=[0.2, 0.0, 0.0])
+    assert np.linalg.norm(ahead - centre) > 1.0  # 20 cm nearer the steel
+    assert mag_reading(lever_arm_m=[0.2, 0.0, 0.0]) == pytest.approx(mag_reading())  # no steel: the arm is moot
+
+
+def test_hard_iron_drifts_with_the_motor_current_and_heats_up() -> None:
+    drift = {"drift_ut_per_a": [[1.0, 0, 0], [1.0, 0, 0]], "drift_ut_per_k": [0, 0.5, 0], "heating_k_per_a2": 50.0,
+             "thermal_tau_s": 10.0}
+    plain = make(world={"size_m": [6.0, 4.0]}, magnetometer={"noise_ut": 0.0})
+    drifting = make(world={"size_m": [6.0, 4.0]}, magnetometer={"noise_ut": 0.0, **drift})
+    for command, ticks in (({"wheel_left": -5.0, "wheel_right": 5.0}, 300), ({"wheel_left": 0.0, "wheel_right": 0.0},
+                                                                             200)):
+        for d in (plain, drifting):
+            d.write(command)
+        for _ in range(ticks):
+            a, b = plain.read(0.01), drifting.read(0.01)
+        if command["wheel_left"]:  # turning: the leads' field and a warming body
+            assert b.truth["mag_drift_ut"] > 0.5 and b.truth["mag_temperature_rise_k"] > 0.5
+    # stopped: the leads carry the motors' idle current only (x, 1 µT/A); the warm parts still offset the reading
+    # along body y, exactly by the temperature's coefficient
+    rise = b.truth["mag_temperature_rise_k"]
+    offset = vec(b.values, MAGC) - vec(a.values, MAGC)
+    assert rise > 0.5 and b.truth["mag_steel_ut"] == 0.0
+    assert offset[1:] == pytest.approx([0.5 * rise, 0.0], abs=1e-6) and 0.0 <= offset[0] <= 0.2
+
+
+def test_uwb_nlos_through_a_box_lengthens_the_blocked_range_and_truth_says_so() -> None:
+    box = {"center": [4.5, 3.2], "size": [0.6, 0.4], "height_m": 3.0}  # between the tag and anchor 2 (6, 4)
+    world = {"size_m": [6.0, 4.0], "boxes": [box]}
+    uwb = {"anchors": ANCHORS, "nlos_excess_per_m": 0.5, "sigma_m": 0.0}  # no noise, no random NLOS, no dropouts
+    clear = make(world={"size_m": [6.0, 4.0]}, uwb=uwb, start_pose=[3.0, 2.5, 0.0]).read(0.01)
+    blocked = make(world=world, uwb=uwb, start_pose=[3.0, 2.5, 0.0])
+    frame = blocked.read(0.01)
+    crossed = frame.truth["uwb_blocked_m"]
+    assert crossed[2] > 0.3 and crossed[0] == crossed[1] == crossed[3] == 0.0
+    extra = vec(frame.values, RANGES) - vec(clear.values, RANGES)
+    assert extra == pytest.approx([0.0, 0.0, 0.5 * crossed[2], 0.0], abs=1e-9)
+
+
+def test_without_the_new_keys_every_reading_is_what_it_was() -> None:
+    # the field's models switched off explicitly give exactly the default driver's samples (streams unchanged)
+    base = dict(imu=IMU, magnetometer=MAG, uwb=UWB)
+    off = dict(imu=IMU, magnetometer={**MAG, "lever_arm_m": [0.0, 0.0, 0.0], "drift_ut_per_k": [0.0, 0.0, 0.0]},
+               uwb={**UWB, "multipath_m": 0.0, "outlier_probability": 0.0, "nlos_sigma_m": 0.0})
+    a, b = make(seed=5, **base), make(seed=5, **off)
+    for d in (a, b):
+        d.write({"wheel_left": 6.0, "wheel_right": 4.0})
+    for _ in range(200):
+        fa, fb = a.read(0.01), b.read(0.01)
+        assert fa.values == fb.values or all(
+            (x == y) or (math.isnan(x) and math.isnan(y)) for x, y in zip(fa.values.values(), fb.values.values()))
+
+
+def test_noise_false_turns_the_uwb_field_terms_off_but_keeps_the_steel() -> None:
+    world = {"size_m": [6.0, 4.0], "steel": [STEEL]}
+    d = make(world=world, noise=False, uwb={**UWB, "multipath_m": 0.1, "outlier_probability": 0.5, "outlier_m": 1.0,
+                                            "noise_dof": 3.0}, magnetometer={})
+    frame = d.read(0.01)
+    assert vec(frame.values, RANGES) == pytest.approx(frame.truth["uwb_true_m"], abs=1e-12)
+    assert frame.truth["mag_steel_ut"] > 1.0

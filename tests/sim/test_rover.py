@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -203,7 +203,7 @@ def test_ranger_cone_sees_an_obstacle_off_axis():
 
 
 def test_side_ranger_uses_its_mount_pose():
-    params = dataclasses.replace(P, rangers=(RangerParams("left", x_m=0.0, y_m=0.125, yaw_rad=math.pi / 2, noise_m=0.0),))
+    params = msgspec.structs.replace(P, rangers=(RangerParams("left", x_m=0.0, y_m=0.125, yaw_rad=math.pi / 2, noise_m=0.0),))
     r = rover(pose=(1.0, 1.0, 0.0), params=params)
     r.step(DT, 0.0, 0.0)
     assert r.ranges == {"left": pytest.approx(3.0 - 1.0 - 0.125)}
@@ -224,7 +224,7 @@ def test_ranger_too_close_reports_min_range_and_invalid():
 
 
 def test_ranger_noise_has_the_configured_sigma_and_stays_in_range():
-    params = dataclasses.replace(P, rangers=(RangerParams("front", noise_m=0.01),))
+    params = msgspec.structs.replace(P, rangers=(RangerParams("front", noise_m=0.01),))
     r = rover(params=params)
     samples = []
     for _ in range(2000):
@@ -428,12 +428,15 @@ def test_params_from_config_converts_degrees_and_rejects_unknown_keys():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"wheel_radius_m": 0.0}, {"tau_s": -1.0}, {"rangers": (RangerParams("a"), RangerParams("a"))}],
+    "table, field",
+    [({"wheel_radius_m": 0.0}, "wheel_radius_m"), ({"tau_s": -1.0}, "tau_s"), ({"ticks_per_rev": 0}, "ticks_per_rev"),
+     ({"contact_skin_m": -0.1}, "contact_skin_m"), ({"battery": {"initial_soc": 1.5}}, "battery.initial_soc"),
+     ({"rangers": [{"name": "a"}, {"name": "a"}]}, "unique")],
 )
-def test_fail__invalid_params(kwargs):
-    with pytest.raises(ValueError):
-        RoverParams(**kwargs)
+def test_fail__invalid_params(table, field):
+    """Ranges are Meta constraints on the struct that owns them, checked on conversion; the message names the field."""
+    with pytest.raises(ValueError, match=field):
+        RoverParams.from_config(table)
 
 
 @pytest.mark.parametrize(
@@ -442,4 +445,47 @@ def test_fail__invalid_params(kwargs):
 )
 def test_fail__invalid_ranger(kwargs):
     with pytest.raises(ValueError):
-        RangerParams(**kwargs)
+        RangerParams.from_config(kwargs)
+
+
+# ---------------------------------------------------------------- wheel slip (issue 23: the field's grass)
+def _turned(params: RoverParams, seconds: float = 3.0, seed: int = 0) -> tuple[float, float]:
+    """(the body's turn, the encoders' turn) in rad after turning in place."""
+    r = rover(params=params, seed=seed)
+    start = r.yaw
+    k = 2.0 * math.pi / params.ticks_per_rev * params.wheel_radius_m / params.track_m
+    turned = 0.0
+    last = r.yaw
+    for _ in range(round(seconds / DT)):
+        r.step(DT, -5.0, 5.0)
+        turned += (r.yaw - last + math.pi) % (2 * math.pi) - math.pi
+        last = r.yaw
+    el, er = r.encoder_ticks
+    assert start == pytest.approx(0.0)
+    return turned, (er - el) * k
+
+
+def test_without_slip_the_body_turns_what_the_encoders_count():
+    body, encoders = _turned(P)
+    assert body == pytest.approx(encoders, abs=0.002)
+
+
+def test_a_mean_turn_slip_loses_that_fraction_of_the_turn():
+    body, encoders = _turned(msgspec.structs.replace(P, slip_turn=0.05))
+    assert body / encoders == pytest.approx(0.95, abs=0.001)
+
+
+def test_linear_slip_shortens_the_run_but_not_the_encoder_count():
+    r = rover(params=msgspec.structs.replace(P, slip_linear=0.02), pose=(1.0, 1.5, 0.0))
+    run(r, 2.0, 8.0, 8.0)
+    el, er = r.encoder_ticks
+    wheel = 0.5 * (el + er) * 2.0 * math.pi / P.ticks_per_rev * P.wheel_radius_m
+    assert (r.x - 1.0) / wheel == pytest.approx(0.98, abs=0.002)
+
+
+def test_random_slip_varies_between_turns_and_is_seeded():
+    params = msgspec.structs.replace(P, slip_turn=0.02, slip_turn_sigma=0.02, slip_tau_s=0.5)
+    a, b = _turned(params, seed=1), _turned(params, seed=1)
+    c = _turned(params, seed=2)
+    assert a == b and a != c
+    assert 0.9 < a[0] / a[1] < 1.0

@@ -231,3 +231,35 @@ def test_fail__markers_not_a_list_or_an_id_used_twice():
         World.from_config({**FIELD, "markers": [MARKER, dict(MARKER)]})
     with pytest.raises(ValueError, match=r"markers\[0\] must be a table"):
         World.from_config({**FIELD, "markers": [3]})
+
+
+# ---------------------------------------------------------------- radio paths through boxes (UWB NLOS)
+def _one_box(**box):
+    return World.from_config({"size_m": [6.0, 4.0], "boxes": [{"center": [3.0, 2.0], "size": [0.4, 0.4], **box}]})
+
+
+def test_penetration_straight_through_a_box_is_its_width():
+    assert _one_box().penetration_m([1.0, 2.0, 0.1], [5.0, 2.0, 0.1]) == pytest.approx(0.4)
+
+
+def test_penetration_over_a_low_box_or_beside_it_is_zero():
+    w = _one_box(height_m=0.5)
+    assert w.penetration_m([1.0, 2.0, 0.1], [5.0, 2.0, 2.0]) == 0.0  # climbs over it
+    assert w.penetration_m([1.0, 3.0, 0.1], [5.0, 3.0, 0.1]) == 0.0  # passes beside it
+
+
+def test_penetration_of_a_diagonal_and_of_a_rotated_box():
+    w = _one_box()
+    assert w.penetration_m([2.0, 1.0, 0.1], [4.0, 3.0, 0.1]) == pytest.approx(0.4 * math.sqrt(2.0))
+    turned = _one_box(yaw_deg=45.0)  # its diagonal now lies along x
+    assert turned.penetration_m([1.0, 2.0, 0.1], [5.0, 2.0, 0.1]) == pytest.approx(0.4 * math.sqrt(2.0))
+
+
+def test_penetration_partly_through_the_top_of_a_box():
+    w = _one_box(height_m=0.5)
+    # from z 0 at x=1 up to z 1 at x=5: inside where z <= 0.5, i.e. x <= 3, over the box's x in [2.8, 3.2]
+    assert w.penetration_m([1.0, 2.0, 0.0], [5.0, 2.0, 1.0]) == pytest.approx(0.2 * math.hypot(4.0, 1.0) / 4.0)
+
+
+def test_penetration_ends_inside_a_box():
+    assert _one_box().penetration_m([1.0, 2.0, 0.1], [3.0, 2.0, 0.1]) == pytest.approx(0.2)

@@ -164,8 +164,9 @@ def add_routes(table: PermissionTable, rules: Iterable[tuple[str, str, Rule]]) -
         table.route(method, path, rule)
 
 
-# The gateway's routes (server/gateway/app.py, video/routes.py, navigation.py); the auth package's
-# own routes are added by setup_auth. A route added to the gateway needs a line here (or a
+# The gateway's routes that are no command (server/gateway/app.py, video/routes.py, navigation.py); the auth
+# package's own routes are added by setup_auth, the commands' by the command registry
+# (server/gateway/commands.py). A route added to the gateway needs a line here (or a
 # ``table.route(...)`` call from the code that adds it): without one it answers 403 to everyone.
 APP_ROUTES: tuple[tuple[str, str, Rule], ...] = (
     ("GET", "/", PAGE),
@@ -177,17 +178,15 @@ APP_ROUTES: tuple[tuple[str, str, Rule], ...] = (
     ("GET", "/api/acquisition", VIEWER),
     ("PUT", "/api/acquisition", ADMIN_REAUTH),
     ("GET", "/api/telemetry", ADMIN),            # names every client's address
-    ("POST", "/api/start", LEASE),
-    ("POST", "/api/stop", LEASE),
-    ("POST", "/api/reset", LEASE),
-    ("POST", "/api/heartbeat", LEASE),          # a non-holder's heartbeat must not keep the link alive
-    ("POST", "/api/speed", LEASE),
-    ("POST", "/api/estop", ESTOP),
     ("GET", "/ws/telemetry", STREAM),
-    ("POST", "/api/heading", LEASE),            # an automatic motion
-    ("POST", "/api/calibration/magnetometer", ADMIN_LEASE_REAUTH),  # moves the robot and stores a setting
-    ("POST", "/api/calibration/uwb", ADMIN_REAUTH),
     ("GET", "/api/calibration", VIEWER),
+    ("GET", "/api/mission", VIEWER),
+    ("GET", "/api/mission/report", VIEWER),
+    ("GET", "/api/mission/report.html", VIEWER),
+    ("GET", "/api/mission/report.csv", VIEWER),
+    ("GET", "/api/experiments", VIEWER),
+    ("GET", "/api/experiments/report", VIEWER),
+    ("GET", "/api/experiments/report.html", VIEWER),
     ("GET", "/ws/video", STREAM),
     ("GET", "/video.mjpeg", STREAM),
     ("GET", "/api/video/snapshot.jpg", VIEWER),
@@ -197,21 +196,25 @@ APP_ROUTES: tuple[tuple[str, str, Rule], ...] = (
     ("POST", "/api/debug/driver", ADMIN),
 )
 
-# Issue 11's routes (server/gateway/recording, observability), for when they are wired: watching and
-# downloading is for viewers, recording for operators (it does not move the robot, so no lease),
-# deleting for admins; replay moves the dashboard's playback, not the robot. /metrics names
-# clients and users: admin (a local Prometheus is the local admin in local mode).
+# Issue 11's routes (server/gateway/recording, observability): watching and downloading is for
+# viewers; starting or stopping a recording is for the operator who holds the lease (a recording
+# fills the disk and pruning then makes room: the one who drives, and answers for the run, decides
+# that; a bystanding operator once evicted the always-on black box with 25 s of a named recording,
+# issue 18); deleting is for admins; replay moves the dashboard's playback, not the robot. /metrics
+# names clients and users: admin (a local Prometheus is the local admin in local mode).
 FEATURE_ROUTES: tuple[tuple[str, str, Rule], ...] = (
     ("GET", "/api/recordings", VIEWER),
     ("GET", "/api/recordings/status", VIEWER),
-    ("POST", "/api/recordings/start", OPERATOR),
-    ("POST", "/api/recordings/stop", OPERATOR),
+    ("POST", "/api/recordings/start", LEASE),
+    ("POST", "/api/recordings/stop", LEASE),
     ("GET", "/api/recordings/{file}", VIEWER),
     ("DELETE", "/api/recordings/{file}", ADMIN_REAUTH),
     ("GET", "/api/recordings/{file}/info", VIEWER),
     ("GET", "/api/recordings/{file}/csv", VIEWER),
     ("GET", "/api/recordings/{file}/report", VIEWER),
     ("GET", "/api/recordings/{file}/report.html", VIEWER),
+    ("GET", "/api/recordings/{file}/missions", VIEWER),
+    ("GET", "/api/recordings/{file}/missions.html", VIEWER),
     ("GET", "/api/recordings/{file}/events", VIEWER),
     ("GET", "/api/replay", VIEWER),
     ("POST", "/api/replay/play", OPERATOR),
@@ -221,48 +224,38 @@ FEATURE_ROUTES: tuple[tuple[str, str, Rule], ...] = (
     ("GET", "/metrics", ADMIN),
     ("GET", "/healthz", PUBLIC),                # a load balancer's or supervisor's probe; says up or down only
     ("GET", "/foxglove", STREAM),               # the Foxglove live view, relayed: ends with the session
-    # issue 13: arms and platforms (motion needs the lease; reading a report does not)
-    ("POST", "/api/joints", LEASE),
-    ("POST", "/api/jog", LEASE),
-    ("POST", "/api/tool", LEASE),
-    ("POST", "/api/tool/jog", LEASE),
-    ("POST", "/api/pose", LEASE),
+    # issue 13: arms and platforms (reading a report needs no lease)
     ("GET", "/api/trajectory", VIEWER),
-    ("POST", "/api/trajectory", LEASE_CSV),     # a trajectory as JSON or CSV
-    ("POST", "/api/trajectory/cancel", LEASE),
     ("GET", "/api/trajectory/report", VIEWER),
     ("GET", "/api/trajectory/report.svg", VIEWER),
-    ("POST", "/api/program", OPERATOR_CSV),      # generates text for the drives from JSON or CSV; moves nothing
     # issue 14: vision (watching is for viewers; driving to a marker is motion: the lease)
     ("GET", "/api/vision", VIEWER),
     ("GET", "/ws/vision", STREAM),                # marker overlays: ends with the session
-    ("POST", "/api/go_to_marker", LEASE),
     ("POST", "/api/debug/vision", ADMIN),         # only with [debug] routes = true (tests)
+    # issue 22: the fleet link's state (router, reconnections, counts)
+    ("GET", "/api/fleet/link", VIEWER),
 )
 
+#: websocket messages that are no command (the commands' rows come from the registry)
 WS_MESSAGES: tuple[tuple[str, str, Rule], ...] = (
     ("/ws/telemetry", "ping", VIEWER),
-    ("/ws/telemetry", "start", LEASE),
-    ("/ws/telemetry", "stop", LEASE),
-    ("/ws/telemetry", "reset", LEASE),
-    ("/ws/telemetry", "heartbeat", LEASE),
-    ("/ws/telemetry", "speed", LEASE),
-    ("/ws/telemetry", "estop", ESTOP),
-    ("/ws/telemetry", "joints", LEASE),
-    ("/ws/telemetry", "jog", LEASE),
-    ("/ws/telemetry", "tool", LEASE),
-    ("/ws/telemetry", "tool_jog", LEASE),
-    ("/ws/telemetry", "pose", LEASE),
-    ("/ws/telemetry", "go_to_marker", LEASE),
+    ("/ws/telemetry", "sync", VIEWER),             # issue 20: the server's clock-sync exchange (server.gateway.link)
+    ("/ws/telemetry", "subscribe", VIEWER),        # issue 20 §5: this socket's channels, rate and encoding
     ("/ws/video", "ack", VIEWER),
 )
 
 
-def default_permissions() -> PermissionTable:
-    """The table of every route and websocket message of the gateway (and of issue 11's features)."""
+def default_permissions(commands: tuple[Iterable[tuple[str, str, Rule]], Iterable[tuple[str, str, Rule]]]
+                        = ((), ())) -> PermissionTable:
+    """The table of every route and websocket message of the gateway (and of issue 11's features); ``commands``:
+    the command registry's rows, its HTTP routes and its message types
+    (:meth:`server.gateway.commands.Registry.permission_rows`: each command's rule is declared once, with the
+    command)."""
     table = PermissionTable()
+    routes, messages = commands
     add_routes(table, APP_ROUTES)
     add_routes(table, FEATURE_ROUTES)
-    for path, msg_type, rule in WS_MESSAGES:
+    add_routes(table, routes)
+    for path, msg_type, rule in (*WS_MESSAGES, *messages):
         table.ws(path, msg_type, rule)
     return table

@@ -110,53 +110,70 @@ def json_response(data: Any, status: int = 200) -> web.Response:
 
 
 def user_error(err: UserError) -> ApiError:
-    status = {"not_found": 404, "exists": 409, "last_admin": 409}.get(err.code, 422)
+    status = {"not_found": 404, "exists": 409, "last_admin": 409, "users_file": 409, "disk_full": 507,
+              "write_failed": 500}.get(err.code, 422)
     return ApiError(str(err), code=err.code, status=status)
 
 
 async def in_hash_slot(svc: AuthService, fn: Callable[..., T], *args: Any) -> T:
-    """Run argon2 work in a thread, at most two at once, with a bounded queue."""
+    """Run argon2 work on the service's own two threads, with a bounded queue."""
     if svc.hash_waiting >= MAX_WAITING_CHECKS:
         raise ApiError("too many password checks at once; try again in a moment", code="busy", status=503)
     svc.hash_waiting += 1
     try:
-        async with svc.hash_slots:
-            return await asyncio.to_thread(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(svc.hash_pool, lambda: fn(*args))
     finally:
         svc.hash_waiting -= 1
 
 
 # ---------------------------------------------------------------------- credentials
+def rate_limited(addr: str, wait_s: float) -> RateLimited:
+    seconds = math.ceil(wait_s)
+    return RateLimited(f"too many failed logins from {addr}, or one is being checked: try again in {seconds} s",
+                       headers={"Retry-After": str(seconds)})
+
+
 def check_rate(svc: AuthService, addr: str) -> None:
     wait = svc.limiter.retry_after_s(addr)
     if wait > 0:
-        seconds = math.ceil(wait)
-        raise RateLimited(f"too many failed logins from {addr}: try again in {seconds} s",
-                          headers={"Retry-After": str(seconds)})
+        raise rate_limited(addr, wait)
 
 
-def failed(svc: AuthService, addr: str, name: str, message: str) -> AuthError:
-    svc.limiter.failed(addr)
+def failed(addr: str, name: str, message: str) -> AuthError:
     log.warning("failed login for %r from %s: %s", name[:64], addr, message)
     return AuthError(message, code="invalid_credentials", status=401)
 
 
 async def check_credentials(svc: AuthService, addr: str, name: str, password: str, otp: str | None) -> User:
-    """Password (constant time for unknown names), then the second factor; counts failures per address."""
-    check_rate(svc, addr)
-    user = await in_hash_slot(svc, svc.users.verify_password, name, password)
-    if user is None:
-        raise failed(svc, addr, name, "wrong user name or password")
-    if user.totp_secret is None:
-        if svc.cfg.totp_required:
-            raise Forbidden(f"this server requires a second factor and {user.name} has none: an admin must run "
-                            f"'python -m server users passwd {user.name} --totp'")
+    """Password (constant time for unknown names), then the second factor. The attempt is counted
+    against the address's limits before the password is checked, as a failure unless it proves
+    right, and an address has one check at a time (:meth:`LoginLimiter.begin`)."""
+    wait = svc.limiter.begin(addr)
+    if wait > 0:
+        raise rate_limited(addr, wait)
+    counted = True  # a check that is cancelled half-way (the client went away) still counts
+    try:
+        try:
+            user = await in_hash_slot(svc, svc.users.verify_password, name, password)
+        except ApiError:  # too many checks waiting: none was made, nothing to count
+            counted = False
+            raise
+        if user is None:
+            raise failed(addr, name, "wrong user name or password")
+        counted = False  # the password was right
+        if user.totp_secret is None:
+            if svc.cfg.totp_required:
+                raise Forbidden(f"this server requires a second factor and {user.name} has none: an admin must "
+                                f"run 'python -m server users passwd {user.name} --totp'")
+            return user
+        if not otp:
+            raise AuthError("enter the 6-digit code of your authenticator app", code="otp_required", status=401)
+        if not svc.users.verify_otp(user, otp):
+            counted = True
+            raise failed(addr, name, "wrong or already used one-time code")
         return user
-    if not otp:
-        raise AuthError("enter the 6-digit code of your authenticator app", code="otp_required", status=401)
-    if not svc.users.verify_otp(user, otp):
-        raise failed(svc, addr, name, "wrong or already used one-time code")
-    return user
+    finally:
+        svc.limiter.end(addr, failed=counted)
 
 
 # ---------------------------------------------------------------------- handlers
@@ -208,7 +225,7 @@ async def me(request: web.Request) -> web.Response:
     principal = svc.principal(request)
     assert principal is not None  # the rule is viewer: the middleware has refused anonymous callers
     out = {**principal.to_json(), "local_mode": svc.local_mode, "csrf_token": svc.csrf_token(request),
-           "reauth_valid_s": None, "lease": svc.lease_json(request)}
+           "reauth_valid_s": None, "lease": svc.lease_json(request), "users_file_problem": svc.users.problem}
     user = svc.users.get(principal.user)
     if user is not None:
         out["role"] = user.role.value

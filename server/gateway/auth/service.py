@@ -34,6 +34,7 @@ import logging
 import math
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Literal
 from urllib.parse import urlencode
@@ -51,6 +52,7 @@ from server.gateway.auth.permissions import STATE_CHANGING, PermissionTable, Rol
 from server.gateway.auth.ratelimit import LoginLimiter
 from server.gateway.auth.sessions import Session, SessionStore
 from server.gateway.auth.users import UserStore
+from server.gateway.observability.health import HEALTH
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ COOKIE_TLS = "__Host-teleop_session"   # the __Host- prefix: Secure, Path=/, no 
 CSRF_HEADER = "X-CSRF-Token"
 WS_CLOSE_SESSION_ENDED = 4401          # application close code: the dashboard goes to /login
 LOCAL_USER = "local"
+#: password checks and hashes at once (argon2-cffi releases the GIL: two use both cores)
+HASH_THREADS = 2
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -69,7 +73,7 @@ class Principal:
 
     user: str
     role: Role
-    via: Literal["local", "cookie", "bearer"]
+    via: Literal["local", "cookie", "bearer", "fleet"]   # fleet: a hub user (server/gateway/fleet/robot.py)
     remote: str
     external: bool                      # from outside the local network (dashboard banner)
     session: Session | None = None      # None in local mode
@@ -117,7 +121,9 @@ class AuthService:
         hostname = socket.gethostname().lower()
         self.allowed_hosts = tuple(cfg.allowed_hosts) + (hostname, f"{hostname}.local")
         self.allowed_origins = frozenset(net.parse_origin(o) for o in cfg.allowed_origins)
-        self.hash_slots = asyncio.Semaphore(2)   # argon2 is 64 MiB and ~0.1 s of CPU per check
+        # argon2 is 64 MiB and ~0.1 s of CPU a check: two threads of its own, so a login never waits
+        # behind other work in the loop's default thread pool (six reports there delayed logins by 10 s)
+        self.hash_pool = ThreadPoolExecutor(HASH_THREADS, thread_name_prefix="argon2")
         self.hash_waiting = 0
         # session id → {id(request): how to end that stream} for websockets and streaming responses
         self._streams: dict[str, dict[int, Callable[[], Awaitable[None] | None]]] = {}
@@ -154,12 +160,20 @@ class AuthService:
         rule = self.permissions.ws_rule(path, msg_type) if isinstance(msg_type, str) else None
         if rule is None:
             raise Forbidden(f"message type {msg_type!r} is not permitted on {path} (not in the permission table)")
+        self.authorize_rule(principal, rule)
+        return principal
+
+    def authorize_rule(self, principal: Principal | None, rule: Rule) -> None:
+        """May ``principal`` do what ``rule`` asks now (a command's rule, whatever transport brought it)? Raises
+        :class:`AuthError`. The session must still live (a socket or channel outlives the request that opened
+        it); the e-stop passes for whoever opened it, even if their session has ended since."""
+        if principal is None:
+            raise Unauthenticated("this connection was not authenticated")
         if rule.estop:
-            return principal
+            return
         if principal.session is not None and not self.sessions.alive(principal.session, touch=True):
             raise Unauthenticated(f"your session has ended ({principal.session.ended}): log in again")
         self._authorize(principal, rule)
-        return principal
 
     def track_ws(self, request: web.Request, ws: web.WebSocketResponse,
                  close: Callable[[int, bytes], Awaitable[None]] | None = None) -> None:
@@ -185,6 +199,7 @@ class AuthService:
             out["you"] = ("holder" if self.lease.holds(sid) else
                           "requester" if sid and self.lease.pending and self.lease.pending.session == sid else None)
         out["local_mode"] = self.local_mode
+        out["users_file_problem"] = self.users.problem
         return out
 
     def startup_notice(self) -> str:
@@ -280,7 +295,8 @@ class AuthService:
         if rule.public or rule.estop:
             return
         role = principal.role
-        if principal.session is not None:  # role changes take effect at once
+        if principal.session is not None and principal.via != "fleet":  # role changes take effect at once
+            # (a hub user is no user of this robot: their role is the hub's, capped by [fleet] max_role)
             user = self.users.get(principal.user)
             role = user.role if user is not None else Role.VIEWER
         if rule.role is not None and not role.at_least(rule.role):
@@ -428,24 +444,50 @@ class AuthService:
             if n:
                 log.info("%d session(s) of %s ended: password, second factor or account changed", n, name)
         holder = self.lease.holder
-        if holder is not None:
+        session = self.sessions.by_id(holder.session) if holder is not None else None
+        if holder is not None and (session is None or session.via != "fleet"):  # a hub user is in no users file
             user = self.users.get(holder.user)
             if user is None or not user.role.at_least(Role.OPERATOR):
                 self.lease.on_session_end(holder.session)
 
     async def poll_users(self) -> None:
-        """Pick up changes made by the CLI (one ``stat`` in a worker thread)."""
+        """Pick up changes made by the CLI (one ``stat`` in a worker thread). A file that went bad, or
+        was deleted or emptied, leaves the users as they were: said once in the log, for as long as it
+        lasts on ``/healthz`` (``users_file``) and the dashboard (``users_file_problem``)."""
         if not await asyncio.to_thread(self.users.changed_on_disk):
             return
         was_local = self.local_mode
+        before = self.users.problem
         try:
             changed = await asyncio.to_thread(self.users.reload)
-        except ValueError as err:
-            log.error("users file changed but cannot be read; keeping the previous users: %s", err)
+        except ValueError:
+            if self.users.problem != before:
+                log.error("%s", self.users.problem)
+                self._users_file_problem_changed()
             return
+        if before is not None:
+            log.warning("the users file %s can be used again (%d user(s))", self.users.path, len(self.users.names()))
+            self._users_file_problem_changed()
         self.users_changed(changed)
         if was_local != self.local_mode:
             log.warning("%s", self.startup_notice())
+            self._users_file_problem_changed()  # local mode's implicit holder came or went: the runtime is told
+
+    def users_file_check(self) -> tuple[bool, str]:
+        """For ``/healthz``: is the users file what the server uses?"""
+        problem = self.users.problem
+        return problem is None, problem or f"{len(self.users.names())} user(s) from {self.users.path}"
+
+    def _users_file_problem_changed(self) -> None:
+        """Tell every dashboard now: the lease message carries ``users_file_problem`` (the holder is
+        unchanged, so nothing stops)."""
+        holder = self.lease.holder
+        change = LeaseChange("users_file", holder, holder)
+        for fn in list(self.lease.listeners):
+            try:
+                fn(change)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the poll
+                log.exception("lease listener failed")
 
     async def housekeeping(self, period_s: float = 1.0) -> None:
         """Forever: end expired sessions, let unanswered lease requests win, poll the users file."""
@@ -463,17 +505,23 @@ class AuthService:
             await asyncio.sleep(period_s)
 
     async def background(self, app: web.Application):
-        """cleanup_ctx: the dummy hash, then :meth:`housekeeping` (unless ``housekeeping_s`` is None)."""
-        await asyncio.to_thread(self.users.dummy_hash)  # the first unknown-user login costs the same as the others
-        if self.housekeeping_s is None:
-            yield
-            return
-        task = asyncio.create_task(self.housekeeping(self.housekeeping_s), name="auth-housekeeping")
+        """cleanup_ctx: the dummy hash, the ``users_file`` check of ``/healthz``, then :meth:`housekeeping`
+        (unless ``housekeeping_s`` is None)."""
+        health = app.get(HEALTH)
+        if health is not None:
+            health.add_check("users_file", self.users_file_check)
+        # the first unknown-user login costs the same as the others
+        await asyncio.get_running_loop().run_in_executor(self.hash_pool, self.users.dummy_hash)
+        task = None
+        if self.housekeeping_s is not None:
+            task = asyncio.create_task(self.housekeeping(self.housekeeping_s), name="auth-housekeeping")
         try:
             yield
         finally:
-            task.cancel()
-            await asyncio.gather(task, *self._tasks, return_exceptions=True)
+            if task is not None:
+                task.cancel()
+            await asyncio.gather(*([task] if task else []), *self._tasks, return_exceptions=True)
+            self.hash_pool.shutdown(wait=False, cancel_futures=True)
 
     def on_lease_change(self, fn: Callable[[LeaseChange], None]) -> None:
         """Call ``fn`` on every lease change (the gateway stops the robot when the driver changes)."""

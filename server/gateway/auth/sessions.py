@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
-Via = Literal["cookie", "bearer"]
+Via = Literal["cookie", "bearer", "fleet"]   # fleet: a hub user's session on a robot (never a token)
 
 
 def token_digest(token: str) -> bytes:

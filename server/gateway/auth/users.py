@@ -7,6 +7,14 @@ an atomic rename of a 0600 temporary file (then ``fsync`` of the folder), so a c
 or a concurrent CLI never leaves half a file or loses the other's change. The server
 notices changes made by the CLI by polling the file's ``stat`` (:meth:`UserStore.changed_on_disk`).
 
+A server never falls back to local mode while it runs: when its users file is deleted,
+emptied (0 bytes) or made invalid, :meth:`UserStore.reload` keeps the users it had, says why
+in :attr:`UserStore.problem` (the server logs it, fails its ``/healthz`` users check and shows
+it on the dashboard) and refuses changes until the file is usable again; before that fix a
+deleted or 0-byte file meant local mode within one poll, with every session revoked (issue 18).
+A write that fails (a full disk) changes nothing: no partial file, no temporary file left, and a
+:class:`UserError` that says so (``disk_full``, ``write_failed``).
+
 Hashing is argon2id from ``argon2-cffi`` with its RFC 9106 "low memory" defaults
 (64 MiB, 3 passes, 4 lanes: about 0.1 s here), so it is CPU work: the server calls
 these methods from a worker thread, never on the event loop. An unknown user name
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import fcntl
 import logging
 import os
@@ -53,6 +62,7 @@ PASSWORD_MIN_CHARS = 8
 PASSWORD_MAX_BYTES = 1024
 OTP_ISSUER = "teleop"
 FILE_VERSION = 1
+_NO_STAMP = object()
 
 
 class User(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -117,7 +127,8 @@ def check_password(password: str, name: str = "") -> str:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (mode 0600) so that readers see the old or the new file, never a part."""
+    """Write ``data`` to ``path`` (mode 0600) so that readers see the old or the new file, never a part.
+    An ``OSError`` (disk full) leaves the old file and no temporary file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
@@ -131,11 +142,23 @@ def write_atomic(path: Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    try:  # the rename is done: a folder that cannot be synced now does not undo it
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as err:
+        log.warning("users file %s written, but its folder could not be synced: %s", path, err)
+
+
+def storage_error(err: OSError, path: Path) -> "UserError":
+    """The refusal for a users file that cannot be written (the change was not made)."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UserError(f"cannot write the users file {path}: the disk is full ({err.strerror}); nothing changed",
+                         code="disk_full")
+    return UserError(f"cannot write the users file {path}: {err.strerror or err}; nothing changed",
+                     code="write_failed")
 
 
 class UserStore:
@@ -149,6 +172,9 @@ class UserStore:
         self.hasher = hasher or argon2.PasswordHasher()
         self._users: dict[str, User] = {}
         self._stamp: tuple[int, int, int] | None = None
+        #: why the file on disk is not what this store uses (deleted, emptied, invalid), or None
+        self.problem: str | None = None
+        self._bad_stamp: object = _NO_STAMP  # the unusable file's stat (not re-read until it changes)
         self._lock = threading.RLock()
         self._dummy_hash: str | None = None
         self._otp_last_counter: dict[str, int] = {}
@@ -176,13 +202,17 @@ class UserStore:
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def changed_on_disk(self) -> bool:
-        """Has the file changed since we last read or wrote it? (one ``stat``: call it off the event loop)"""
-        return self._stat() != self._stamp
+        """Has the file changed since we last read or wrote it (or since it was found unusable)?
+        One ``stat``: call it off the event loop."""
+        stamp = self._stat()
+        return stamp != self._stamp and (self.problem is None or stamp != self._bad_stamp)
 
-    def _read(self) -> tuple[dict[str, User], tuple[int, int, int] | None]:
+    def _read(self) -> tuple[dict[str, User], tuple[int, int, int] | None, bool]:
+        """The users in the file, its stat, and whether it says anything (False: missing or blank,
+        which is no users; a JSON file may list none on purpose)."""
         stamp = self._stat()
         if stamp is None:
-            return {}, None
+            return {}, None, False
         try:
             raw = self.path.read_bytes()
             mode = self.path.stat().st_mode
@@ -192,7 +222,7 @@ class UserStore:
             log.warning("users file %s is readable by others (mode %o): it should be 0600; the next change fixes it",
                         self.path, mode & 0o777)
         if not raw.strip():
-            return {}, stamp
+            return {}, stamp, False
         try:
             doc = msgspec.json.decode(raw, type=UsersFile)
         except msgspec.DecodeError as err:
@@ -209,22 +239,40 @@ class UserStore:
                 raise UsersFileError(f"the users file {self.path} names {name!r} twice")
             u.name = name
             users[name] = u
-        return users, stamp
+        return users, stamp, True
 
     def load(self) -> None:
         """(Re)read the file; a missing file is no users. Raises :class:`UsersFileError`."""
         self.reload()
 
     def reload(self) -> set[str]:
-        """Re-read the file; returns the names whose credentials changed or who were removed."""
+        """Re-read the file; returns the names whose credentials changed or who were removed.
+
+        Raises :class:`UsersFileError` for a file that cannot be used, and for one that was deleted
+        or emptied while this store has users: the users are kept, :attr:`problem` says why."""
         with self._lock:
-            users, stamp = self._read()
+            try:
+                users, stamp, present = self._read()
+            except UsersFileError as err:
+                self._unusable(f"{err}; keeping the {len(self._users)} user(s) it had" if self._users else str(err))
+                raise
+            if not present and self._users:
+                what = "deleted" if stamp is None else "emptied"
+                self._unusable(f"the users file {self.path} was {what} while the server runs; keeping the "
+                               f"{len(self._users)} user(s) it had (a running server never falls back to local "
+                               "mode): restore the file, or restart the server to run in local mode")
+                raise UsersFileError(self.problem)
+            self.problem, self._bad_stamp = None, _NO_STAMP
             old = self._users
             changed = {n for n, u in old.items()
                        if n not in users or users[n].password_hash != u.password_hash
                        or users[n].totp_secret != u.totp_secret}
             self._users, self._stamp = users, stamp
             return changed
+
+    def _unusable(self, why: str) -> None:
+        self.problem = why
+        self._bad_stamp = self._stat()
 
     # ------------------------------------------------------------------ checking credentials
     def dummy_hash(self) -> str:
@@ -267,16 +315,32 @@ class UserStore:
     # ------------------------------------------------------------------ changing
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, User]]:
-        """Exclusive file lock; yields the users as on disk now; writes them back on success."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock_fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        """Exclusive file lock; yields the users as on disk now; writes them back on success. Refused
+        (``users_file``) while the file is unusable or was deleted or emptied under this store's users,
+        and (``disk_full``, ``write_failed``) when it cannot be written: nothing changes then."""
+        if self.problem is not None:
+            raise UserError(f"{self.problem}; user changes are refused until it is fixed", code="users_file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock_fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            raise storage_error(err, self.path) from None
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX)
             with self._lock:
-                users, _ = self._read()
+                try:
+                    users, _, present = self._read()
+                except UsersFileError as err:
+                    raise UserError(f"{err}; user changes are refused until it is fixed", code="users_file") from None
+                if not present and self._users:
+                    raise UserError(f"the users file {self.path} was deleted or emptied; user changes are refused "
+                                    "until it is restored", code="users_file")
                 yield users
                 doc = UsersFile(users=[users[n] for n in sorted(users)])
-                write_atomic(self.path, msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
+                try:
+                    write_atomic(self.path, msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n")
+                except OSError as err:
+                    raise storage_error(err, self.path) from None
                 self._users, self._stamp = users, self._stat()
         finally:
             os.close(lock_fd)  # releases the flock

@@ -13,6 +13,10 @@ middleware and the gateway's :class:`~server.gateway.hooks.Hooks`:
   forwarded untouched, never parsed and re-serialised to carry it;
 - the runtime's ``link_loss`` event ends the lease (``hooks.on_event``): the holder is gone,
   and the runtime has already stopped the robot and latched it;
+- the runtime is told who holds control on every lease change and every new link
+  (:meth:`RuntimeClient.set_control`: the lease holder's user and session id; ``local`` in local mode,
+  one machine, one implicit holder): only that principal's commands and heartbeats keep the robot alive
+  (issue 19 §3);
 - a change of driver while the robot runs stops it (a controlled stop through the runtime):
   the new holder starts from a robot at rest, never from the previous holder's setpoint.
 
@@ -54,16 +58,17 @@ async def close_telemetry_client(client: Any, code: int, message: bytes) -> None
 
 
 def setup_trust(app: web.Application, cfg: AuthConfig, *, bound_host: str, hooks: Any, hub: Any, runtime: Any,
-                permissions: PermissionTable | None = None, **options: Any) -> AuthService:
+                permissions: PermissionTable | None = None, commands: Any = ((), ()), **options: Any) -> AuthService:
     """Install the trust layer on the gateway ``app`` (after its routes) and tie it to the robot.
 
     ``hooks`` is the app's :class:`~server.gateway.hooks.Hooks`, ``hub`` its
     :class:`~server.gateway.telemetry.TelemetryHub`, ``runtime`` its
-    :class:`~server.gateway.runtime_client.RuntimeClient`; ``bound_host`` the address or name the
-    server listens on (the Host allow-list). ``options`` go to :func:`setup_auth` (tests: ``clock``,
+    :class:`~server.runtime_api.client.RuntimeClient`; ``bound_host`` the address or name the
+    server listens on (the Host allow-list); ``commands`` the command registry's permission rows.
+    ``options`` go to :func:`setup_auth` (tests: ``clock``,
     ``hasher``, ``housekeeping_s``).
     """
-    table = permissions or default_permissions()
+    table = permissions or default_permissions(commands)
     svc = setup_auth(app, cfg, bound_host=bound_host, permissions=table, **options)
     stops: set[asyncio.Task] = set()
 
@@ -75,7 +80,11 @@ def setup_trust(app: web.Application, cfg: AuthConfig, *, bound_host: str, hooks
         if event.get("trigger") == "link_loss":
             svc.lease.on_link_loss()
 
+    def tell_runtime() -> None:
+        runtime.set_control(control_holder(svc))
+
     def on_lease_change(change: LeaseChange) -> None:
+        tell_runtime()
         hub.broadcast(lease_message(svc))
         if change.holder_changed and runtime.latest_snapshot().get("state") == "running":
             log.warning("the control lease changed (%s: %s → %s) while the robot runs: controlled stop",
@@ -92,6 +101,7 @@ def setup_trust(app: web.Application, cfg: AuthConfig, *, bound_host: str, hooks
             log.warning("stop after the lease change (%s) failed: %s", reason, err.message)
 
     async def on_startup(app: web.Application) -> None:
+        tell_runtime()  # before the runtime is reached: sent on its first link
         for method, path in table.missing(app):
             log.error("route %s %s has no rule in the permission table: it answers 403 to everyone", method, path)
         log.debug("%s", svc.startup_notice())
@@ -104,10 +114,18 @@ def setup_trust(app: web.Application, cfg: AuthConfig, *, bound_host: str, hooks
     return svc
 
 
+def control_holder(svc: AuthService) -> str | None:
+    """Who holds control, as the runtime knows it (:func:`server.gateway.commands.principal_id` of the holder)."""
+    holder = svc.lease.holder
+    if svc.local_mode and holder is None:  # in local mode only a hub user (the fleet) ever holds the lease
+        return "local"
+    return None if holder is None else f"{holder.user}/{holder.session}"
+
+
 def csrf_token(request: web.Request) -> str:
     """The CSRF token for the page's ``<meta name="csrf-token">`` ("" in local mode or without auth)."""
     svc = request.app.get(AUTH_KEY)
     return (svc.csrf_token(request) if svc is not None else None) or ""
 
 
-__all__ = ["close_telemetry_client", "csrf_token", "lease_message", "setup_trust"]
+__all__ = ["close_telemetry_client", "control_holder", "csrf_token", "lease_message", "setup_trust"]

@@ -13,16 +13,30 @@ runtime's since-start average.
 >>> ok, body = h.check()
 >>> ok, body["checks"]["loop_rate"]["measured_hz"]
 (True, 100.0)
+
+Other parts of the gateway add checks of their own (:meth:`HealthMonitor.add_check`): the trust
+layer's ``users_file`` (its users file was deleted, emptied or made invalid while it runs, and it
+keeps the users it had). Such a check does not say the robot is down: while it fails the answer is
+200 with ``"status": "degraded"`` (a probe must not restart a server that is safe but needs its
+operator's attention), unless a check above fails too (503, ``fail``).
+
+>>> h.add_check("users_file", lambda: (False, "the users file was deleted"))
+>>> ok, body = h.check()
+>>> ok, body["status"], body["checks"]["users_file"]
+(True, 'degraded', {'ok': False, 'detail': 'the users file was deleted'})
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import math
 import time
 from typing import Any, Callable
 
 from aiohttp import web
+
+log = logging.getLogger(__name__)
 
 
 class HealthMonitor:
@@ -41,6 +55,12 @@ class HealthMonitor:
         self._runtime_detail = "no connection to the robot runtime yet"
         self._driver_ok: bool | None = None
         self._driver_detail = ""
+        self._checks: dict[str, Callable[[], tuple[bool, str]]] = {}
+
+    def add_check(self, name: str, check: Callable[[], tuple[bool, str]]) -> None:
+        """A check of another part of the gateway: ``check()`` → ``(ok, detail)``, called per request
+        (cheap, on the event loop). Failing, it makes the answer ``degraded``, not ``fail``."""
+        self._checks[name] = check
 
     def set_runtime(self, up: bool, detail: str = "") -> None:
         """The gateway's view of its runtime connection (``detail`` says why it is down)."""
@@ -94,12 +114,25 @@ class HealthMonitor:
         loop = {"ok": rate_ok, "rate_hz": target, "measured_hz": None if measured is None else round(measured, 2),
                 "min_ratio": self.min_rate_ratio, "window_s": round(span, 3)}
         ok = runtime_ok and driver_ok and rate_ok
-        return ok, {"status": "ok" if ok else "fail", "t": now,
-                    "checks": {"runtime": runtime, "driver": driver, "loop_rate": loop}}
+        checks: dict[str, Any] = {"runtime": runtime, "driver": driver, "loop_rate": loop}
+        degraded = False
+        for name, check in self._checks.items():
+            try:
+                good, detail = check()
+            except Exception as err:  # noqa: BLE001 - a broken check is a failing one, not a 500
+                log.exception("health check %s failed", name)
+                good, detail = False, f"the check itself failed: {err}"
+            checks[name] = {"ok": bool(good), "detail": detail}
+            degraded = degraded or not good
+        status = "fail" if not ok else "degraded" if degraded else "ok"
+        return ok, {"status": status, "t": now, "checks": checks}
+
+
+HEALTH = web.AppKey("health", HealthMonitor)
 
 
 def healthz_handler(monitor: HealthMonitor):
-    """``GET /healthz``: 200 with ``{"status": "ok", "checks": {...}}`` or 503 with the failing checks."""
+    """``GET /healthz``: 200 with ``{"status": "ok" | "degraded", "checks": {...}}`` or 503 with the failing checks."""
 
     async def get_healthz(request: web.Request) -> web.Response:
         ok, body = monitor.check()

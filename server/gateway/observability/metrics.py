@@ -111,6 +111,7 @@ class _Mirror(Collector):
         self.last_snapshot_t: float | None = None
         self.clients: dict[str, float] = {}
         self.streams: dict[str, dict[str, float]] = {}
+        self.commands_dropped: dict[str, int] = {}
         self.recorder: dict[str, Any] = {}
         self.health: dict[str, dict[str, float]] = {}
         self.jitter: tuple[list[tuple[str, float]], float | None] | None = None
@@ -120,6 +121,7 @@ class _Mirror(Collector):
             loop = dict(self.loop)
             clients = dict(self.clients)
             streams = {k: dict(v) for k, v in self.streams.items()}
+            commands_dropped = dict(self.commands_dropped)
             rec = dict(self.recorder)
             health = {k: dict(v) for k, v in self.health.items()}
             link_age, last_t = self.link_age_s, self.last_snapshot_t
@@ -164,6 +166,11 @@ class _Mirror(Collector):
         yield fps
         yield dropped
         yield sent
+        stale = CounterMetricFamily("teleop_commands_dropped", "Stamped commands the runtime dropped, not applied: "
+                                    "too old (stale) or out of order (reordered)", labels=["reason"])
+        for reason in ("stale", "reordered"):
+            stale.add_metric([reason], commands_dropped.get(reason, 0))
+        yield stale
         if rec:
             yield CounterMetricFamily("teleop_recorder_written_bytes", "Bytes written to recordings",
                                       value=rec.get("total_bytes", 0))
@@ -255,6 +262,11 @@ class Metrics:
                 n = _number(val)
                 if n is not None:
                     v[key] = n
+
+    def set_commands_dropped(self, totals: dict[str, int]) -> None:
+        """The gateway's totals of stamped commands the runtime dropped, by reason."""
+        with self._mirror.lock:
+            self._mirror.commands_dropped = dict(totals)
 
     def update_recorder(self, status: dict[str, Any]) -> None:
         """``Recorder.status()``."""

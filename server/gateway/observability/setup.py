@@ -33,16 +33,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from server.errors import ApiError
 from server.gateway.hooks import HOOKS
-from server.gateway.observability.health import HealthMonitor, healthz_handler
+from server.gateway.observability.health import HEALTH, HealthMonitor, healthz_handler
 from server.gateway.observability.metrics import Metrics
-from server.gateway.runtime_client import DOWN_MESSAGE, RuntimeClient
+from server.runtime_api.client import DOWN_MESSAGE, RuntimeClient
 from server.gateway.telemetry import TelemetryHub
 from server.gateway.video import VIDEO_KEY
 
 log = logging.getLogger(__name__)
 
 METRICS = web.AppKey("metrics", Metrics)
-HEALTH = web.AppKey("health", HealthMonitor)
 SAMPLE_PERIOD_S = 1.0
 
 
@@ -148,8 +147,10 @@ class Observability:
     async def sample(self) -> None:
         """One round of the slow feeds (called every :data:`SAMPLE_PERIOD_S`)."""
         rt, m = self.runtime, self.metrics
-        self.health.set_runtime(rt.connected, "" if rt.connected else DOWN_MESSAGE)
-        snap = rt.latest_snapshot() if rt.connected else {}
+        # the client's ``down``, not the raw link: a link being re-established while the runtime lives is not a
+        # runtime down (issue 18), and /healthz failed for up to LINK_GRACE_S during such a gap
+        self.health.set_runtime(not rt.down, "" if not rt.down else DOWN_MESSAGE)
+        snap = rt.latest_snapshot() if not rt.down else {}
         ok, detail = driver_health(snap.get("driver"))
         self.health.set_driver_health(ok, detail)
         if isinstance(snap.get("driver"), dict):
@@ -158,6 +159,7 @@ class Observability:
         m.set_clients("telemetry", len(clients))
         sent, dropped = self._telemetry_totals.update(clients)
         m.set_stream("telemetry", dropped_total=dropped, sent_total=sent)
+        m.set_commands_dropped(self.hub.commands_dropped)
         video = self.app.get(VIDEO_KEY)
         if video is not None:
             viewers = video.clients()

@@ -39,8 +39,9 @@ class RecordingConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, k
     rotate_s: Annotated[float, msgspec.Meta(ge=1.0)] = 3600.0
     #: delete the oldest files when the directory holds more than this
     budget_bytes: Annotated[int, msgspec.Meta(ge=MiB)] = 4096 * MiB
-    #: named recordings are pruned only when the automatic ones alone cannot meet the budget
-    keep_named: bool = True
+    #: pruning order among the files without safety events: false = named recordings first (what an
+    #: operator records cannot evict the always-on one), true = automatic ones first
+    keep_named: bool = False
     #: at most this much data is lost by a crash: the current chunk is closed and flushed this often
     flush_s: Annotated[float, msgspec.Meta(ge=0.05, le=60.0)] = 1.0
     #: also fsync after each flush (survives a power cut, costs disk writes)
@@ -57,6 +58,16 @@ class RecordingConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, k
     compression: Literal["zstd", "lz4", "none"] = "zstd"
     #: a chunk is closed at this size even before ``flush_s``
     chunk_bytes: Annotated[int, msgspec.Meta(ge=4096, le=64 * MiB)] = MiB
+    #: where report, CSV, info and event jobs run: child processes, or threads of the gateway
+    report_pool: Literal["process", "thread"] = "process"
+    #: jobs running at once
+    report_workers: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
+    #: jobs waiting for a worker beyond those (more: 503 busy)
+    report_queue: Annotated[int, msgspec.Meta(ge=0, le=256)] = 4
+    #: jobs one user (or address) may have running or waiting (more: 429 too_many_jobs)
+    reports_per_user: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
+    #: disk kept for job answers, in ``[server] state_dir``/report-cache
+    report_cache_bytes: Annotated[int, msgspec.Meta(ge=0)] = 256 * MiB
 
 
 def load_recording_config(table: dict[str, Any] | None) -> RecordingConfig:

@@ -24,6 +24,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -97,27 +98,29 @@ class DirectoryLock:
             self._fd = None
 
 
-def prune(directory: Path, budget_bytes: int, keep: set[Path] = frozenset(), keep_named: bool = True) -> list[Path]:
-    """Delete the oldest recordings until the directory holds at most ``budget_bytes``.
+def prune(directory: Path, budget_bytes: int, keep: set[Path] = frozenset(), keep_named: bool = False,
+          safety_events: Callable[[Path], int] = lambda p: 0) -> list[dict[str, Any]]:
+    """Delete recordings until the directory holds at most ``budget_bytes``; returns what was deleted
+    (``{"file", "bytes", "named", "safety_events"}`` each, in order).
 
-    Files in ``keep`` (the one being written) are never deleted. Automatic recordings go
-    first; named ones only when ``keep_named`` is false, or when the automatic ones are
-    all gone and the budget is still exceeded. Returns the deleted paths."""
+    Files in ``keep`` (the one being written) are never deleted. Files without safety events go
+    before files with any (``safety_events(path)`` counts them): an incident is the last thing to
+    lose. Within each of those two groups named recordings go first (``keep_named``: automatic
+    ones first), then the oldest first. So however much an operator records, the always-on
+    recording of an e-stop outlives it, as long as the budget can hold it at all."""
     files = [p for p in recording_files(directory) if p not in keep]
     sizes = {p: p.stat().st_size for p in files}
     total = sum(sizes.values()) + sum(p.stat().st_size for p in keep if p.exists())
     if total <= budget_bytes:
         return []
 
-    def is_auto(p: Path) -> bool:
+    def named(p: Path) -> bool:
         parsed = parse_file_name(p.name)
-        return parsed is not None and parsed[0] == AUTO_NAME
+        return parsed is None or parsed[0] != AUTO_NAME
 
-    if keep_named:
-        order = [p for p in files if is_auto(p)] + [p for p in files if not is_auto(p)]
-    else:
-        order = files  # strictly oldest first
-    deleted = []
+    safety = {p: safety_events(p) for p in files}
+    order = sorted(files, key=lambda p: (safety[p] > 0, named(p) == keep_named))  # stable: oldest first within
+    deleted: list[dict[str, Any]] = []
     for p in order:
         if total <= budget_bytes:
             break
@@ -129,6 +132,7 @@ def prune(directory: Path, budget_bytes: int, keep: set[Path] = frozenset(), kee
             log.warning("could not prune %s: %s", p, err)
             continue
         total -= sizes[p]
-        deleted.append(p)
-        log.info("pruned %s (%d bytes) to stay within the %d-byte budget", p.name, sizes[p], budget_bytes)
+        deleted.append({"file": p.name, "bytes": sizes[p], "named": named(p), "safety_events": safety[p]})
+        log.warning("pruned %s (%d bytes, %s, %d safety event(s)) to stay within the %d-byte budget", p.name,
+                    sizes[p], "named" if named(p) else "automatic", safety[p], budget_bytes)
     return deleted

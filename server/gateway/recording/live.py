@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
+import socket
 import threading
 from typing import Any, Awaitable, Callable
 
@@ -45,6 +47,37 @@ def _is_loopback(host: str) -> bool:
     except ValueError:
         return False
 
+
+
+def set_listener_nodelay(port: int) -> int:
+    """Set ``TCP_NODELAY`` on this process's TCP listener on ``port``; returns how many it found.
+
+    foxglove-sdk 0.30's websocket server (Rust, tokio-tungstenite) never sets it on the sockets it
+    accepts (``accept_connections`` in ``websocket/server.rs``; ``strace`` of the peer shows no
+    ``setsockopt`` at all), so Nagle's algorithm holds a 1.7 kB message while the previous one is
+    unacknowledged; the client, which only reads, acknowledges by its delayed-ACK timer (40 ms at
+    least on Linux), i.e. ~20 ms after the next 50 Hz message was due: every few messages waited
+    20–30 ms, which made the p99 24–28 ms at every N whatever the load. aiohttp
+    (the gateway and bench/'s aiohttp peer) sets ``TCP_NODELAY`` on every connection, as
+    foxglove's own C++ ROS bridge does (ros-foxglove-bridge#24: "always makes sense in this
+    context"). Linux copies a listener's ``TCP_NODELAY`` to the sockets it accepts, so setting it
+    once on the SDK's listener gives every client connection what the other servers have."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=int(fd))
+        except OSError:  # closed meanwhile, or not a socket we may wrap
+            continue
+        try:
+            if (sock.type == socket.SOCK_STREAM and sock.family in (socket.AF_INET, socket.AF_INET6)
+                    and sock.getsockname()[1] == port):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                found += 1
+        finally:
+            sock.detach()  # the descriptor stays the SDK's
+    return found
 
 class FoxgloveLive:
     """A Foxglove WebSocket server publishing the robot's channels (start with :meth:`start`)."""
@@ -94,6 +127,8 @@ class FoxgloveLive:
 
         self._server = foxglove.start_server(name=self.name, host=self.host, port=self.requested_port,
                                              context=ctx, server_listener=Listener())
+        if set_listener_nodelay(self._server.port) != 1:  # 20–30 ms Nagle stalls on the relay hop otherwise
+            log.warning("foxglove live view: no listener on port %d to set TCP_NODELAY on", self._server.port)
         log.info("foxglove live view on ws://%s:%d (loopback only)", self.host, self._server.port)
         return self._server.port
 

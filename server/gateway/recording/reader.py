@@ -14,17 +14,21 @@ nanoseconds (MCAP ``log_time``).
 from __future__ import annotations
 
 import csv
+import heapq
 import io
 import logging
 import math
+import struct
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, TextIO
 
 import orjson
+from mcap.data_stream import ReadDataStream
 from mcap.exceptions import McapError
+from mcap.opcode import Opcode
 from mcap.reader import SeekingReader
-from mcap.records import Channel, Message, Metadata, Schema
-from mcap.stream_reader import StreamReader
+from mcap.records import Channel, Chunk, ChunkIndex, Message, Metadata, Schema
+from mcap.stream_reader import StreamReader, get_chunk_data_stream
 
 from server.gateway.recording import topics as _topics
 from server.gateway.recording.files import recording_files
@@ -34,6 +38,15 @@ log = logging.getLogger(__name__)
 MAGIC = b"\x89MCAP0\r\n"
 #: no record we write comes near this; a corrupt length field must not allocate gigabytes
 RECORD_SIZE_LIMIT = 256 * 1024 * 1024
+#: an MCAP record starts with its opcode and length; a message with channel id, sequence, log time
+#: and publish time, then its data (MCAP spec, "Records")
+_RECORD_HEAD = struct.Struct("<BQ")
+_MESSAGE_HEAD = struct.Struct("<HIQ")
+_MESSAGE_DATA = 2 + 4 + 8 + 8
+#: how a safety event's JSON says so (orjson writes no spaces; a message that quotes it is escaped)
+SAFETY_MARK = b'"kind":"safety"'
+#: MCAP log times are unsigned 64-bit nanoseconds
+_MAX_NS = 2**64 - 1
 #: fields of a snapshot (docs/api.md) a CSV column path may start with
 SNAPSHOT_FIELDS = frozenset({"seq", "t", "state", "cause", "setpoint", "command", "values", "truth", "behavior",
                              "link", "loop"})
@@ -191,12 +204,19 @@ class Recording:
         ``topics`` limits the topics (a finished file then decompresses only the chunks
         that hold them). Payloads are the raw JSON bytes as recorded."""
         wanted = {topics} if isinstance(topics, str) else (set(topics) if topics is not None else None)
-        lo = math.floor(start_t * 1e9) if start_t is not None else None
-        hi = math.ceil(end_t * 1e9) if end_t is not None else None
-        if lo is not None and hi is not None and hi < lo:
+        for v in (start_t, end_t):
+            if v is not None and not math.isfinite(v):
+                raise RecordingError(f"a time range needs finite times, not {v}")
+        if start_t is not None and end_t is not None and end_t < start_t:
             raise RecordingError(f"end time {end_t} is before start time {start_t}")
+        # clamped to what a log time can be: 1e308 s is "after everything", not an overflow
+        lo = min(max(math.floor(start_t * 1e9), 0), _MAX_NS) if start_t is not None else None
+        hi = min(max(math.ceil(end_t * 1e9), 0), _MAX_NS) if end_t is not None else None
         if self.complete:
             try:
+                if not reverse and self.summary.chunk_indexes:
+                    yield from self._indexed_messages(wanted, lo, hi)
+                    return
                 for _schema, channel, message in self._reader.iter_messages(
                         topics=wanted, starting_at=lo, ending_before=hi, reverse=reverse):
                     yield Msg(message.log_time / 1e9, channel.topic, message.data, message.log_time)
@@ -206,6 +226,47 @@ class Recording:
         found = [m for m in self._stream_messages(wanted, lo, hi)]
         found.sort(key=lambda m: m.log_time_ns, reverse=reverse)
         yield from found
+
+    def _indexed_messages(self, wanted: set[str] | None, lo: int | None, hi: int | None) -> Iterator[Msg]:
+        """The chunks that hold ``wanted`` in ``[lo, hi)``, oldest first, merged into log-time order.
+
+        What the ``mcap`` reader's ``iter_messages`` does, at a fifth of the cost: it parses every
+        record of a chunk into an object and orders them with a heap of Python objects (its
+        ``__lt__`` was 40 % of a 30-min report); here a chunk's messages are sliced out of its
+        bytes and ordered as tuples, compared in C. A chunk's messages stay in the heap only
+        until a chunk that starts later comes (ours follow each other in time)."""
+        summary = self.summary
+        topic_of = {cid: ch.topic for cid, ch in summary.channels.items() if wanted is None or ch.topic in wanted}
+        chunks = sorted((ci for ci in summary.chunk_indexes
+                         if (lo is None or ci.message_end_time >= lo) and (hi is None or ci.message_start_time < hi)
+                         and any(cid in topic_of for cid in ci.message_index_offsets)),
+                        key=lambda ci: (ci.message_start_time, ci.chunk_start_offset))
+        # (log time, chunk offset, place in the chunk): equal times in file order, as the mcap reader has them
+        heap: list[tuple[int, int, int, int, bytes]] = []
+        for ci in chunks:
+            while heap and heap[0][0] < ci.message_start_time:
+                t, _o, _k, cid, data = heapq.heappop(heap)
+                yield Msg(t / 1e9, topic_of[cid], data, t)
+            buf = self._chunk_bytes(ci)
+            off, end, k = 0, len(buf), 0
+            while off < end:
+                opcode, length = _RECORD_HEAD.unpack_from(buf, off)
+                off += _RECORD_HEAD.size
+                if opcode == Opcode.MESSAGE:
+                    cid, _seq, t = _MESSAGE_HEAD.unpack_from(buf, off)
+                    if cid in topic_of and (lo is None or t >= lo) and (hi is None or t < hi):
+                        heapq.heappush(heap, (t, ci.chunk_start_offset, k, cid, buf[off + _MESSAGE_DATA:off + length]))
+                        k += 1
+                off += length
+        while heap:
+            t, _o, _k, cid, data = heapq.heappop(heap)
+            yield Msg(t / 1e9, topic_of[cid], data, t)
+
+    def _chunk_bytes(self, ci: ChunkIndex) -> bytes:
+        """The records of the chunk ``ci`` points to, decompressed."""
+        self._f.seek(ci.chunk_start_offset + _RECORD_HEAD.size)
+        stream, size = get_chunk_data_stream(Chunk.read(ReadDataStream(self._f)))  # the library's decompression
+        return stream.read(size)
 
     def _stream_messages(self, wanted: set[str] | None, lo: int | None, hi: int | None) -> Iterator[Msg]:
         self._f.seek(0)
@@ -251,6 +312,24 @@ class Recording:
 
     def events(self, start_t: float | None = None, end_t: float | None = None) -> list[dict[str, Any]]:
         return [e for _t, e in _decoded(self.messages(_topics.EVENTS, start_t, end_t))]
+
+    def safety_events(self) -> int:
+        """How many safety events the file holds: from the count written when it was finished, or by
+        reading its events (a file repaired after a crash, or written before the count existed)."""
+        if self.complete:
+            try:
+                for m in self._reader.iter_metadata():
+                    if m.name == _topics.EVENTS_METADATA_NAME and m.metadata.get("safety_events", "").isdigit():
+                        return int(m.metadata["safety_events"])
+            except Exception as err:  # a damaged metadata index: count them
+                log.debug("metadata index unreadable: %r", err)
+        n = 0
+        try:
+            for m in self.messages(_topics.EVENTS):
+                n += SAFETY_MARK in m.data
+        except RecordingError as err:  # a damaged chunk: what could be read counts
+            log.info("%s: %s; %d safety event(s) before the damage", self.path.name, err, n)
+        return n
 
     # ------------------------------------------------------------------ columns and CSV
     def column_getters(self, columns: list[str]) -> list[Callable[[dict], Any]]:
@@ -372,6 +451,28 @@ def recording_info(path: Path) -> dict[str, Any]:
             _INFO_CACHE.clear()
         _INFO_CACHE[key] = info
     return dict(info)
+
+
+_SAFETY_CACHE: dict[tuple[str, int, int], int] = {}
+
+
+def safety_event_count(path: Path) -> int:
+    """:meth:`Recording.safety_events` of a file, cached by (path, size, mtime); an unreadable file
+    counts as holding none (it has nothing anyone can read back)."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    n = _SAFETY_CACHE.get(key)
+    if n is None:
+        try:
+            with Recording(path) as rec:
+                n = rec.safety_events()
+        except RecordingError as err:
+            log.info("%s: %s; counted as holding no safety event", path.name, err)
+            n = 0
+        if len(_SAFETY_CACHE) >= _INFO_CACHE_MAX:
+            _SAFETY_CACHE.clear()
+        _SAFETY_CACHE[key] = n
+    return n
 
 
 def list_recordings(directory: str | Path, active: str | None = None) -> list[dict[str, Any]]:

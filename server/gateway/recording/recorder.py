@@ -39,6 +39,7 @@ from mcap.writer import CompressionType, Writer
 from server.gateway.recording import topics
 from server.gateway.recording.config import RecordingConfig
 from server.gateway.recording.files import AUTO_NAME, DirectoryLock, check_name, file_name, prune
+from server.gateway.recording.reader import SAFETY_MARK, safety_event_count
 from server.gateway.recording.recovery import recover_directory
 
 log = logging.getLogger(__name__)
@@ -92,11 +93,16 @@ class Recorder:
         self.total_bytes = 0
         self.total_messages = 0
         self.pruned: list[str] = []
+        #: what pruning deleted, for the gateway's audit (``{"file", "bytes", "named", "safety_events"}``);
+        #: appended by the writer thread, drained by the gateway
+        self.pruned_log: collections.deque[dict[str, Any]] = collections.deque(maxlen=1024)
         # the writer thread's file state
         self._state = "idle"  # idle | recording | error | closed
         self._error: str | None = None
         self._name: str | None = None
         self._named = False
+        #: a named recording was asked for and not stopped since (the writer thread opens it a moment later)
+        self.named_requested = False
         self._session = ""
         self._part = 0
         self._path: Path | None = None
@@ -106,6 +112,7 @@ class Recorder:
         self._seq: dict[str, int] = {}
         self._counts: dict[str, int] = {}
         self._file_messages = 0
+        self._file_safety_events = 0
         self._flushed_messages = 0
         self._file_opened_t = 0.0  # by self.clock: file age for rotation (a test can inject time)
         self._last_flush_mono = 0.0
@@ -165,11 +172,13 @@ class Recorder:
         now = self.clock()
         file = file_name(now, name or AUTO_NAME, 0)
         self._accepting = True
+        self.named_requested = name is not None
         self._control(("open", (name, now, file)))
         return file
 
     def stop_recording(self) -> None:
         """Stop the current recording. After a named recording the always-on one resumes (if configured)."""
+        self.named_requested = False
         self._control(("stop", None))
 
     # ------------------------------------------------------------------ producers (never block)
@@ -412,7 +421,7 @@ class Recorder:
         self._channel_ids = ids
         self._seq = dict.fromkeys(ids, 0)
         self._counts = dict.fromkeys(ids, 0)
-        self._file_messages = self._flushed_messages = 0
+        self._file_messages = self._flushed_messages = self._file_safety_events = 0
         self._last_flush_mono = time.monotonic()
         self._file_opened_t = self.clock()
         self._state, self._error = "recording", None
@@ -422,6 +431,8 @@ class Recorder:
     def _write(self, topic: str, log_ns: int, payload: Any) -> None:
         if topic == topics.IMAGE:
             payload = topics.encode_image(payload[0], log_ns, payload[1], payload[2])
+        if topic == topics.EVENTS and SAFETY_MARK in payload:
+            self._file_safety_events += 1
         self._seq[topic] += 1
         self._writer.add_message(self._channel_ids[topic], log_time=log_ns, data=payload, publish_time=log_ns,
                                  sequence=self._seq[topic])
@@ -457,6 +468,7 @@ class Recorder:
         if writer is None:
             return
         try:
+            writer.add_metadata(topics.EVENTS_METADATA_NAME, {"safety_events": str(self._file_safety_events)})
             writer.finish()
             stream.flush()
             if self.cfg.fsync:
@@ -477,11 +489,13 @@ class Recorder:
     def _prune(self) -> None:
         keep = {self._path} if self._writer is not None and self._path is not None else set()
         try:
-            deleted = prune(self.dir, self.cfg.budget_bytes, keep=keep, keep_named=self.cfg.keep_named)
+            deleted = prune(self.dir, self.cfg.budget_bytes, keep=keep, keep_named=self.cfg.keep_named,
+                            safety_events=safety_event_count)
         except OSError as err:
             log.warning("pruning %s failed: %s", self.dir, err)
             return
-        self.pruned.extend(p.name for p in deleted)
+        self.pruned.extend(d["file"] for d in deleted)
+        self.pruned_log.extend(deleted)
 
     def _fail(self, err: BaseException) -> None:
         """Stop recording after an I/O error: close what can be closed, discard the queue."""

@@ -1,18 +1,26 @@
 """HTTP routes for recordings: list, status, start/stop, download, delete, CSV export, reports, events.
 
 Every file access goes through :func:`server.gateway.recording.files.safe_path` (a plain
-``.mcap`` name inside the recordings directory, nothing else), and every read of a
-file runs in a worker thread, never on the event loop. Errors use the server's error
-tree, so they come out as ``{"error": {"code", "message"}}`` through its one middleware.
+``.mcap`` name inside the recordings directory, nothing else). What reads a whole file
+(info, events, CSV, the report and its page) is a job of the report pool
+(:mod:`server.gateway.reports.pool`: its own worker processes, limits per user and in all,
+answers cached per file and sent as files), never work on the event loop or its thread
+pool. Errors use the server's error tree, so they come out as ``{"error": {"code",
+"message"}}`` through its one middleware.
 
-``authorize_operator`` (start/stop) and ``authorize_admin`` (delete) are the gateway's
-auth checks: async callables that raise to refuse; ``None`` allows everyone.
+``authorize_operator`` (start/stop) and ``authorize_admin`` (delete; stopping the always-on recording) are the
+gateway's
+auth checks: async callables that raise to refuse; ``None`` allows everyone. ``who(request)``
+names the caller for the per-user job limit and the deletion audit; ``on_deleted(file,
+size_bytes, request)`` is told of each deletion (the gateway logs it and puts it in the
+event log and the recording).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import tempfile
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -20,14 +28,21 @@ from aiohttp import web
 
 from server.errors import ConflictError, NotFoundError, ValidationError
 from server.gateway.http import read_body
+from server.gateway.recording.config import RecordingConfig
 from server.gateway.recording.files import safe_path
-from server.gateway.recording.reader import Recording, RecordingError, list_recordings
+from server.gateway.recording.reader import RecordingError, list_recordings
 from server.gateway.recording.recorder import Recorder
-from server.gateway.reports.report import report_html, run_report
+from server.gateway.reports.cache import ResultCache
+from server.gateway.reports.pool import ReportPool
 
 Authorize = Callable[[web.Request], Awaitable[None]]
 MAX_COLUMNS = 64
 MAX_CSV_ROWS = 2_000_000
+#: the latest time a query may name: MCAP log times are unsigned nanoseconds (2^63 ns ≈ year 2262)
+MAX_T_S = 9.2e9
+REPORT_POOL = web.AppKey("report_pool", ReportPool)
+#: an answer is sent from its file in pieces of this size (read off the event loop)
+SEND_CHUNK_BYTES = 256 * 1024
 
 
 def _float_param(request: web.Request, key: str) -> float | None:
@@ -40,7 +55,17 @@ def _float_param(request: web.Request, key: str) -> float | None:
         raise ValidationError(f"{key} must be a number of seconds (unix time), not {raw!r}", code="wrong_type") from None
     if not math.isfinite(v):
         raise ValidationError(f"{key} must be finite", code="not_finite")
+    if not 0.0 <= v <= MAX_T_S:
+        raise ValidationError(f"{key} must be a unix time in seconds from 0 to {MAX_T_S:g}, not {raw}",
+                              code="out_of_limits")
     return v
+
+
+def _time_range(request: web.Request) -> tuple[float | None, float | None]:
+    start_t, end_t = _float_param(request, "start_t"), _float_param(request, "end_t")
+    if start_t is not None and end_t is not None and end_t < start_t:
+        raise ValidationError(f"end_t ({end_t}) is before start_t ({start_t})", code="out_of_limits")
+    return start_t, end_t
 
 
 def _list_param(request: web.Request, key: str, required: bool) -> list[str] | None:
@@ -55,21 +80,44 @@ def _list_param(request: web.Request, key: str, required: bool) -> list[str] | N
     return items
 
 
+def default_pool(cfg: RecordingConfig | None = None, cache_root: Path | None = None) -> ReportPool:
+    """A report pool from ``[recording]`` (defaults without one), its answers under ``cache_root``."""
+    cfg = cfg or RecordingConfig()
+    root = cache_root or Path(tempfile.gettempdir()) / "teleop-report-cache"
+    return ReportPool(ResultCache(root, cfg.report_cache_bytes), kind=cfg.report_pool, workers=cfg.report_workers,
+                      queue=cfg.report_queue, per_user=cfg.reports_per_user)
+
+
+def remote_of(request: web.Request) -> str:
+    return request.remote or "?"
+
+
 def setup_recording_routes(app: web.Application, directory: str | Path, recorder: Recorder | None = None, *,
                            authorize_operator: Authorize | None = None,
                            authorize_admin: Authorize | None = None,
                            prepare: Callable[[], Awaitable[None]] | None = None,
                            status: Callable[[], dict[str, Any]] | None = None,
-                           replay_file: str | None = None) -> None:
+                           replay_file: str | None = None,
+                           pool: ReportPool | None = None,
+                           who: Callable[[web.Request], str] = remote_of,
+                           on_deleted: Callable[[str, int, web.Request], None] | None = None) -> ReportPool:
     """Add the ``/api/recordings`` routes to ``app`` (``recorder`` may be ``None`` in replay mode).
 
     ``prepare()`` runs before a recording starts (the gateway starts its recorder lazily; it
     raises an ``ApiError`` when there can be none); ``status()`` replaces ``recorder.status()``
     (the gateway adds why it has no recorder); ``replay_file`` is the file a replay is
-    playing (it cannot be deleted meanwhile)."""
+    playing (it cannot be deleted meanwhile); ``pool`` runs the jobs (default: one from
+    ``[recording]``'s defaults), closed with the app. Returns the pool."""
     directory = Path(directory)
     if status is None and recorder is not None:
         status = recorder.status
+    pool = pool or default_pool()
+    app[REPORT_POOL] = pool
+
+    async def close_pool(app: web.Application) -> None:
+        await pool.close()
+
+    app.on_cleanup.append(close_pool)
 
     def path_of(request: web.Request) -> Path:
         try:
@@ -86,6 +134,32 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
         st = status()
         return st["file"] if st["state"] == "recording" else None
 
+    async def answer(request: web.Request, kind: str, path: Path, params: dict[str, Any], *,
+                     content_type: str, error_code: str = "invalid",
+                     headers: dict[str, str] | None = None) -> web.StreamResponse:
+        """The job's answer (cached or computed by the pool), sent from its file."""
+        try:
+            entry = await pool.answer(who(request), kind, path, params)
+        except RecordingError as err:
+            raise ValidationError(str(err), code=error_code) from None
+        except FileNotFoundError:
+            raise NotFoundError(f"no recording {path.name!r}") from None
+        try:  # open while pinned: an open file stays readable when the cache removes it
+            f = await asyncio.to_thread(open, entry.path, "rb")
+        finally:
+            pool.cache.release(entry)
+        try:
+            resp = web.StreamResponse(headers={"Content-Type": content_type, "Cache-Control": "no-store",
+                                               **(headers or {})})
+            resp.content_length = entry.size
+            await resp.prepare(request)
+            while chunk := await asyncio.to_thread(f.read, SEND_CHUNK_BYTES):
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+        finally:
+            f.close()
+
     async def get_list(request: web.Request) -> web.Response:
         st = status() if status is not None else None
         active = st["file"] if st and st["state"] == "recording" else None
@@ -94,7 +168,8 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
             if item.get("active") and st:
                 item["counts"] = st["messages_by_topic"]
                 item["size_bytes"] = st["bytes"]
-        return web.json_response({"recordings": items, "status": st, "replay_file": replay_file})
+        return web.json_response({"recordings": items, "status": st, "replay_file": replay_file,
+                                  "jobs": pool.stats()})
 
     async def get_status(request: web.Request) -> web.Response:
         if status is None:
@@ -119,10 +194,16 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
         return web.json_response({"ok": True, "file": file})
 
     async def post_stop(request: web.Request) -> web.Response:
+        """Stop the named recording (the always-on one resumes); with none running, stopping the always-on
+        recording — the black box every incident is read from — is for an admin (issue 19: any lease holder
+        could)."""
         if authorize_operator is not None:
             await authorize_operator(request)
         if recorder is None:
             raise ConflictError("no recorder in this mode (replay)", code="no_recorder")
+        black_box = not recorder.named_requested and (recorder.cfg.always_on or recorder.status().get("recording"))
+        if recorder.started and black_box and authorize_admin is not None:
+            await authorize_admin(request)
         if recorder.started:  # a recorder never started has nothing to stop
             recorder.stop_recording()
         return web.json_response({"ok": True})
@@ -140,67 +221,50 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
             raise ConflictError(f"{path.name} is being recorded; stop the recording first", code="recording_active")
         if path.name == replay_file:
             raise ConflictError(f"{path.name} is being replayed", code="recording_active")
+        size = (await asyncio.to_thread(path.stat)).st_size
         await asyncio.to_thread(path.unlink)
+        pool.cache.forget(path.name)
+        if on_deleted is not None:
+            on_deleted(path.name, size, request)
         return web.json_response({"ok": True, "deleted": path.name})
 
-    async def info(request: web.Request) -> web.Response:
-        path = path_of(request)
+    async def info(request: web.Request) -> web.StreamResponse:
+        return await answer(request, "info", path_of(request), {}, content_type="application/json",
+                            error_code="unreadable")
 
-        def read() -> dict[str, Any]:
-            with Recording(path) as rec:
-                return {**rec.info(), "robot_description": rec.robot, "channels": rec.channel_names()}
-        try:
-            return web.json_response(await asyncio.to_thread(read))
-        except RecordingError as err:
-            raise ValidationError(str(err), code="unreadable") from None
-
-    async def csv_export(request: web.Request) -> web.Response:
+    async def csv_export(request: web.Request) -> web.StreamResponse:
         path = path_of(request)
         columns = _list_param(request, "columns", required=True)
-        start_t, end_t = _float_param(request, "start_t"), _float_param(request, "end_t")
+        start_t, end_t = _time_range(request)
+        return await answer(request, "csv", path, {"columns": columns, "start_t": start_t, "end_t": end_t,
+                                                   "max_rows": MAX_CSV_ROWS},
+                            content_type="text/csv; charset=utf-8",
+                            headers={"Content-Disposition": f'attachment; filename="{path.stem}.csv"'})
 
-        rec = await asyncio.to_thread(Recording, path)
-        try:
-            try:
-                chunks = await asyncio.to_thread(rec.iter_csv, columns, start_t, end_t, MAX_CSV_ROWS)
-            except RecordingError as err:
-                raise ValidationError(str(err), code="invalid") from None
-            resp = web.StreamResponse(headers={"Content-Type": "text/csv; charset=utf-8",
-                                               "Content-Disposition": f'attachment; filename="{path.stem}.csv"'})
-            await resp.prepare(request)
-            # streamed in chunks read off the event loop: a long export never sits in memory whole
-            while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
-                await resp.write(chunk.encode())
-            await resp.write_eof()
-            return resp
-        finally:
-            rec.close()
-
-    async def report(request: web.Request) -> web.Response:
+    async def report(request: web.Request) -> web.StreamResponse:
         path = path_of(request)
         channels = _list_param(request, "channels", required=False)
-        start_t, end_t = _float_param(request, "start_t"), _float_param(request, "end_t")
-        html = request.path.endswith(".html")
-        plots = html or request.query.get("plots") in ("1", "true")
-        try:
-            rep = await asyncio.to_thread(run_report, path, channels, None, start_t, end_t, plots=plots)
-        except RecordingError as err:
-            raise ValidationError(str(err), code="invalid") from None
-        if html:
-            return web.Response(text=await asyncio.to_thread(report_html, rep), content_type="text/html")
-        return web.json_response(rep)
+        start_t, end_t = _time_range(request)
+        if request.path.endswith(".html"):
+            return await answer(request, "report.html", path, {"channels": channels, "start_t": start_t,
+                                                               "end_t": end_t},
+                                content_type="text/html; charset=utf-8")
+        plots = request.query.get("plots") in ("1", "true")
+        return await answer(request, "report", path, {"channels": channels, "start_t": start_t, "end_t": end_t,
+                                                      "plots": plots}, content_type="application/json")
 
-    async def events(request: web.Request) -> web.Response:
+    async def missions(request: web.Request) -> web.StreamResponse:
+        """The missions recorded in the file, rebuilt from its events and snapshots (docs/missions.md)."""
         path = path_of(request)
-        start_t, end_t = _float_param(request, "start_t"), _float_param(request, "end_t")
+        if request.path.endswith(".html"):
+            return await answer(request, "missions.html", path, {}, content_type="text/html; charset=utf-8")
+        return await answer(request, "missions", path, {}, content_type="application/json")
 
-        def read() -> list[dict[str, Any]]:
-            with Recording(path) as rec:
-                return rec.events(start_t, end_t)
-        try:
-            return web.json_response({"events": await asyncio.to_thread(read)})
-        except RecordingError as err:
-            raise ValidationError(str(err), code="invalid") from None
+    async def events(request: web.Request) -> web.StreamResponse:
+        path = path_of(request)
+        start_t, end_t = _time_range(request)
+        return await answer(request, "events", path, {"start_t": start_t, "end_t": end_t},
+                            content_type="application/json")
 
     r = app.router
     r.add_get("/api/recordings", get_list)
@@ -213,7 +277,10 @@ def setup_recording_routes(app: web.Application, directory: str | Path, recorder
     r.add_get("/api/recordings/{file}/csv", csv_export)
     r.add_get("/api/recordings/{file}/report", report)
     r.add_get("/api/recordings/{file}/report.html", report)
+    r.add_get("/api/recordings/{file}/missions", missions)
+    r.add_get("/api/recordings/{file}/missions.html", missions)
     r.add_get("/api/recordings/{file}/events", events)
+    return pool
 
 
 # ---------------------------------------------------------------------- replay mode

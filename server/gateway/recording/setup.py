@@ -28,12 +28,20 @@ there is no recorder: the routes list the replayed file's directory, the replay
 controls are added, and ``/api/events`` is answered by the replay (events up to the
 playback position).
 
-**Auth.** :class:`RecordingAuth` (``app[RECORDING_AUTH]``) is what the auth wiring (issue
-10) fills: ``principal(request)`` names who sent a command or setting (a user name, or
-``None``), and ``operator`` / ``admin`` / ``viewer`` are optional async checks that raise
-to refuse (start/stop and replay controls; delete; the ``/foxglove`` relay). They are read
-at request time, so they can be set after ``create_app``. When the auth middleware guards
-these routes through its permission table, only ``principal`` needs filling.
+**Auth.** :class:`RecordingAuth` (``app[RECORDING_AUTH]``): ``principal(request)`` names
+who sent a command or setting (by default the trust layer's principal: a user name,
+``local`` in local mode, ``None`` without one), and ``operator`` / ``admin`` / ``viewer``
+are optional async checks that raise to refuse (start/stop and replay controls; delete;
+the ``/foxglove`` relay). They are read at request time, so they can be set after
+``create_app``. The auth middleware guards these routes through its permission table.
+
+**Jobs and deletions.** Reading a whole file (info, events, CSV, reports) is a job of one
+:class:`~server.gateway.reports.pool.ReportPool` (``[recording] report_*``; answers cached in
+``[server] state_dir``/report-cache), limited per user (the principal, else the client
+address). Every deletion, by hand (``DELETE``) or by pruning to the budget, is audited the
+same way: a log line naming the file, its size and who or what deleted it, and an
+``info`` event (``recording_deleted`` / ``recording_pruned``) through ``Hooks.on_event``,
+so it is in ``/api/events`` and in the recording being written.
 """
 
 from __future__ import annotations
@@ -41,20 +49,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
 from server.errors import ConflictError
-from server.gateway.hooks import HOOKS
+from server.gateway.auth.service import PRINCIPAL_KEY
+from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.observability.setup import METRICS, parsed_snapshot
 from server.gateway.recording.events import SEED_EVENTS, EventLog
 from server.gateway.recording.live import FoxgloveLive, proxy_handler
 from server.gateway.recording.reader import recent_events
 from server.gateway.recording.recorder import Recorder
-from server.gateway.recording.routes import setup_recording_routes, setup_replay_routes
-from server.gateway.runtime_client import RuntimeClient
+from server.gateway.recording.routes import default_pool, setup_recording_routes, setup_replay_routes
+from server.runtime_api.client import RuntimeClient
 from server.gateway.video import VIDEO_KEY
 
 log = logging.getLogger(__name__)
@@ -64,8 +74,9 @@ TICK_S = 1.0
 
 
 def no_principal(request: web.Request | None) -> str | None:
-    """Who sent a request, before auth is wired: nobody known."""
-    return None
+    """Who sent a request, as the trust layer says (a user name, ``local``), or ``None``."""
+    principal = request.get(PRINCIPAL_KEY) if request is not None else None
+    return principal.user if principal is not None else None
 
 
 @dataclasses.dataclass
@@ -94,6 +105,11 @@ def _remove_listener(video: Any, fn: Callable[[Any], None]) -> None:
     video.frame_listeners = [f for f in video.frame_listeners if f is not fn]
 
 
+def cache_root(profile: Any) -> Path:
+    """Where report, CSV, info and event answers are kept: ``[server] state_dir``/report-cache."""
+    return Path(profile.server.state_dir) / "report-cache"
+
+
 class RecordingService:
     """Owns the recorder, the event log and the live view of one gateway (see the module docstring)."""
 
@@ -105,6 +121,7 @@ class RecordingService:
         self.runtime = runtime
         self.describe = describe
         self.recorder = Recorder(self.cfg)
+        self.pool = default_pool(self.cfg, cache_root(profile))
         self.events = EventLog()
         self.live: FoxgloveLive | None = None
         self.unavailable: str | None = None  # why there is no recorder (its directory is taken, …)
@@ -130,6 +147,33 @@ class RecordingService:
         except Exception:  # noqa: BLE001 - a failing lookup must not lose the record
             log.exception("principal lookup failed")
             return None
+
+    def who(self, request: web.Request) -> str:
+        """Whose jobs these are (the per-user limit): the principal, else the client address."""
+        return self.principal(request) or f"address {request.remote}"
+
+    # ------------------------------------------------------------------ deletions, audited alike
+    def on_deleted(self, file: str, size: int, request: web.Request) -> None:
+        by = self.principal(request) or f"address {request.remote}"
+        log.warning("recording %s (%d bytes) deleted by %s", file, size, by)
+        self.audit("recording_deleted", f"{file} ({size} bytes) deleted by {by}", {"file": file, "bytes": size,
+                                                                                      "by": by})
+
+    def audit_pruned(self) -> None:
+        """What pruning deleted since the last tick (logged by the writer thread as it happened)."""
+        while self.recorder.pruned_log:
+            d = self.recorder.pruned_log.popleft()
+            self.pool.cache.forget(d["file"])
+            kind = "named" if d["named"] else "automatic"
+            self.audit("recording_pruned", f"{d['file']} ({d['bytes']} bytes, {kind}, {d['safety_events']} safety "
+                       f"event(s)) deleted by pruning to the {self.cfg.budget_bytes}-byte budget",
+                       {**d, "by": "pruning", "budget_bytes": self.cfg.budget_bytes})
+
+    def audit(self, trigger: str, message: str, values: dict[str, Any]) -> None:
+        state = self.runtime.latest_snapshot().get("state")
+        Hooks.call(self.app[HOOKS].on_event, {"t": time.monotonic(), "wall_t": time.time(), "trigger": trigger,
+                                              "message": message, "values": values, "state_before": state,
+                                              "state_after": state, "kind": "info"})
 
     # ------------------------------------------------------------------ recorder lifecycle
     async def ensure_started(self) -> None:
@@ -195,6 +239,7 @@ class RecordingService:
 
     # ------------------------------------------------------------------ 1 Hz
     def tick(self) -> None:
+        self.audit_pruned()
         status = self.status()
         metrics = self.app.get(METRICS)
         if metrics is not None:
@@ -275,6 +320,7 @@ class RecordingService:
                 self.live = None
             if self._started:
                 await self.recorder.aclose()
+                self.audit_pruned()  # logged; the last file is finished, the event log still takes them
 
 
 def setup_recording(app: web.Application, profile: Any, runtime: RuntimeClient,
@@ -289,7 +335,8 @@ def setup_recording(app: web.Application, profile: Any, runtime: RuntimeClient,
             if check is not None:
                 await check(request)
 
-        setup_recording_routes(app, source.path.parent, None, replay_file=source.path.name)
+        setup_recording_routes(app, source.path.parent, None, replay_file=source.path.name,
+                               pool=default_pool(profile.recording, cache_root(profile)))
         setup_replay_routes(app, source, authorize_operator=operator)
         return None
     svc = RecordingService(app, profile, runtime, describe)
@@ -303,7 +350,8 @@ def setup_recording(app: web.Application, profile: Any, runtime: RuntimeClient,
     setup_recording_routes(app, svc.cfg.dir, svc.recorder,
                            authorize_operator=lambda request: svc.authorize("operator", request),
                            authorize_admin=lambda request: svc.authorize("admin", request),
-                           prepare=svc.ensure_started, status=svc.status)
+                           prepare=svc.ensure_started, status=svc.status, pool=svc.pool, who=svc.who,
+                           on_deleted=svc.on_deleted)
     if profile.observability.foxglove_live:  # the live server starts with the app; its route is added now
         app.router.add_get("/foxglove", proxy_handler(lambda: svc.live,
                                                       lambda request: svc.authorize("viewer", request)))

@@ -30,6 +30,9 @@ IMAGE = "/camera/image"
 
 #: MCAP metadata record written at the start of every file
 METADATA_NAME = "teleop"
+#: MCAP metadata record written when a file is finished: ``{"safety_events": "<count>"}`` (pruning keeps
+#: files that hold safety events; a file without it, e.g. one repaired after a crash, is scanned)
+EVENTS_METADATA_NAME = "teleop_events"
 #: the MCAP header's library field
 LIBRARY = "teleop-recorder"
 

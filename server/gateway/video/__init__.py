@@ -1,4 +1,10 @@
-"""Camera video for the gateway: settings, encoding, the capture service and the routes."""
+"""Camera video for the gateway (docs/video.md).
+
+capture.py (the camera thread) → service.py (JPEG once; the frames to every tier encoder) →
+tiers.py / encoder.py (H.264 and VP8, one encoder per quality tier, shared by its viewers) →
+viewers.py, routes.py, h264_ws.py (JPEG and H.264 over the websocket, MJPEG, snapshots);
+ratecontrol.py steers each encoded viewer; the WebRTC transport is :mod:`server.gateway.webrtc`.
+"""
 
 from server.gateway.video.routes import VIDEO_KEY, setup_video
 from server.gateway.video.service import VideoService, camera_factory

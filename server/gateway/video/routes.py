@@ -1,4 +1,5 @@
-"""The video routes: ``/ws/video`` (credit flow control), ``/video.mjpeg``, snapshots and settings."""
+"""The video routes: ``/ws/video`` (JPEG with one credit, or ``?codec=h264``: H.264 with a window),
+``/video.mjpeg``, snapshots and settings."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from typing import Awaitable, Callable
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from server.errors import ApiError
+from server.errors import ApiError, ValidationError
+from server.gateway.admission import ADMISSION, admission
 from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import error_response, read_body
 from server.gateway.ratelimit import TokenBucket
+from server.gateway.video.h264_ws import H264Viewer, h264_sender
 from server.gateway.video.service import VideoService, VideoViewer
-from server.gateway.video.settings import validate_runtime_settings
+from server.gateway.video.jpeg_pacing import JpegPacer, delivery_rate_bytes_s, reencode
+from server.gateway.video.settings import validate_runtime_settings, viewer_slots
 from server.validation import parse_object
 
 log = logging.getLogger(__name__)
@@ -84,29 +88,29 @@ async def _snapshot(request: web.Request) -> web.Response:
     )
 
 
-def _admit(service: "VideoService", kind: str) -> None:
-    """Refuse a viewer beyond ``video.max_viewers`` (503 busy, before the upgrade)."""
-    limit = service.settings["max_viewers"]
-    if len(service.clients()) >= limit:
-        raise ApiError(f"too many video viewers (max {limit}); try again later", code="busy", status=503)
-
-
 @_api
 async def _ws_video(request: web.Request) -> web.WebSocketResponse:
     app = request.app
     service = app[VIDEO_KEY]
-    _admit(service, "ws")
-    # compress=False: JPEG does not deflate, and per-client compression would undo "encode once"
+    codec = request.query.get("codec", "jpeg")
+    if codec not in ("jpeg", "h264"):
+        raise ValidationError(f"codec must be jpeg or h264, not {codec[:40]!r}", code="out_of_limits")
+    app[ADMISSION].admit(request, "video")  # 503 busy beyond the viewer limits (websocket and MJPEG together)
+    # compress=False: JPEG and H.264 do not deflate, and per-client compression would undo "encode once"
     ws = web.WebSocketResponse(heartbeat=10.0, compress=False, max_msg_size=4 * 1024)
     await ws.prepare(request)
     app[_SOCKETS_KEY].add(ws)
-    client = service.add_client("ws", request.remote)
+    client = service.add_client("ws" if codec == "jpeg" else "h264", request.remote)
     client.transport = request.transport
     client.status_dirty = True
     # acks come at most once per frame: allow twice the frame rate, and a burst of a second's worth
     fps = service.runtime_settings()["fps"]
+    if codec == "jpeg":
+        client.pacer = jpeg_pacer(service, request)
     bucket = TokenBucket(2.0 * fps + 10.0, 2 * fps + 20)
-    sender = asyncio.create_task(_ws_sender(ws, client, service), name=f"video-ws-{client.id}")
+    h264 = H264Viewer(service, client) if codec == "h264" else None
+    sender = asyncio.create_task(_ws_sender(ws, client, service) if h264 is None else h264_sender(ws, h264),
+                                 name=f"video-ws-{client.id}")
     try:
         async for msg in ws:
             if not bucket.take():
@@ -116,7 +120,7 @@ async def _ws_video(request: web.Request) -> web.WebSocketResponse:
                     break
                 _ws_error(client, "rate_limited", "too many messages: send one ack per frame")
             elif msg.type == WSMsgType.TEXT:
-                _ws_receive(msg.data, client, service)
+                _ws_receive(msg.data, client, service, h264)
             elif msg.type == WSMsgType.BINARY:
                 _ws_error(client, "malformed", "binary messages are not accepted")
             await asyncio.sleep(0)  # a flooding reader yields to every other task
@@ -124,8 +128,20 @@ async def _ws_video(request: web.Request) -> web.WebSocketResponse:
         sender.cancel()
         await asyncio.gather(sender, return_exceptions=True)
         service.remove_client(client)
+        if h264 is not None:
+            h264.close()
         app[_SOCKETS_KEY].discard(ws)
     return ws
+
+
+def jpeg_pacer(service: VideoService, request: web.Request) -> JpegPacer:
+    """A JPEG viewer's pacer (issue 20 §5), reading its socket's throughput from the kernel."""
+    cfg = service.settings
+    sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+    rs = service.runtime_settings()
+    return JpegPacer(cfg["jpeg_link_share"], rs["quality"], rs["fps"],
+                     rate=(lambda: delivery_rate_bytes_s(sock)) if sock is not None else None,
+                     enabled=cfg["jpeg_pacing"])
 
 
 def _ws_error(client: VideoViewer, code: str, message: str) -> None:
@@ -135,7 +151,7 @@ def _ws_error(client: VideoViewer, code: str, message: str) -> None:
     client.wake.set()
 
 
-def _ws_receive(data: str, client: VideoViewer, service: VideoService) -> None:
+def _ws_receive(data: str, client: VideoViewer, service: VideoService, h264: H264Viewer | None) -> None:
     try:
         msg = parse_object(data, max_bytes=4 * 1024)
     except ApiError as err:
@@ -148,7 +164,21 @@ def _ws_receive(data: str, client: VideoViewer, service: VideoService) -> None:
     if isinstance(seq, bool) or not isinstance(seq, int):
         _ws_error(client, "wrong_type", "seq must be an integer")
         return
-    service.ack(client, seq)
+    timing = {}
+    for key in ("hold_ms", "lag_ms"):
+        value = msg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 60_000:
+            _ws_error(client, "wrong_type", f"{key} must be a number of ms in [0, 60000]")
+            return
+        timing[key] = value / 1e3
+    if h264 is not None:
+        h264.ack(seq, hold_s=timing.get("hold_ms", 0.0), lag_s=timing.get("lag_ms"))
+    else:
+        if client.pacer is not None and client.in_flight is not None and seq >= client.in_flight:
+            client.pacer.acked()
+        service.ack(client, seq)
 
 
 async def _ws_sender(ws: web.WebSocketResponse, client: VideoViewer, service: VideoService) -> None:
@@ -163,18 +193,27 @@ async def _ws_sender(ws: web.WebSocketResponse, client: VideoViewer, service: Vi
         while not ws.closed:
             await client.wake.wait()
             client.wake.clear()
-            while client.outbox:
-                await send(client.outbox.popleft())
-            if client.status_dirty:
-                client.status_dirty = False
-                await send(service.status_message())
+            await client.flush_replies(send, service.status_message)
             if client.in_flight is not None:
                 continue  # no credit: frames replaced meanwhile count as ``dropped``
             f = service.latest
             if f is None or f.seq <= client.last_seq:
                 continue
+            pacer = client.pacer
+            if pacer is not None:
+                wait_s = pacer.last_send_t + pacer.min_interval_s() - time.monotonic()
+                if wait_s > 0:  # this rung's frame rate: the newest frame when it is time
+                    await asyncio.sleep(wait_s)
+                    client.wake.set()
+                    continue
+                rs = service.runtime_settings()
+                pacer.quality, pacer.fps = rs["quality"], rs["fps"]
+                if pacer.level > 0:  # its own encode, off the event loop
+                    f = await asyncio.to_thread(reencode, f, pacer.frame_quality(), pacer.rung.size_scale)
             client.in_flight = client.last_seq = f.seq
             client.in_flight_since = time.monotonic()
+            if pacer is not None:
+                pacer.sent(len(f.message))
             await send(f.message)
             client.sent += 1
     except (ConnectionError, RuntimeError) as err:  # peer went away mid-send
@@ -185,7 +224,7 @@ async def _ws_sender(ws: web.WebSocketResponse, client: VideoViewer, service: Vi
 async def _mjpeg(request: web.Request) -> web.StreamResponse:
     app = request.app
     service = app[VIDEO_KEY]
-    _admit(service, "mjpeg")
+    app[ADMISSION].admit(request, "video")
     closing = app[_CLOSING_KEY]
     resp = web.StreamResponse(
         headers={
@@ -233,6 +272,7 @@ def setup_video(app: web.Application, service: VideoService, writer_stall_s: flo
     ``GET /api/video``, ``PUT /api/video``.
     """
     app[VIDEO_KEY] = service
+    admission(app).add_pool("video", "video viewers", viewer_slots(service.settings), "video", "max_viewers")
     app[_STALL_KEY] = writer_stall_s
     app[_SOCKETS_KEY] = weakref.WeakSet()
     app[_CLOSING_KEY] = asyncio.Event()

@@ -26,7 +26,7 @@ import msgspec
 from msgspec import Meta
 
 from server.config import Table
-from server.runtime_api import EXTERNAL_SOURCES
+from server.runtime_api.params import EXTERNAL_SOURCES
 
 Metres = Annotated[float, Meta(ge=-1e4, le=1e4)]
 

@@ -16,63 +16,61 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from server.commands import ENVELOPE
 from server.config import Profile
 from server.errors import ApiError, ConflictError
-from server.gateway.hooks import record_command
+from server.gateway.admission import ADMISSION, admission
+from server.gateway.auth.permissions import LEASE
 from server.gateway.http import read_body
+from server.gateway.registry import Command, Context
 from server.gateway.ratelimit import TokenBucket
-from server.gateway.runtime_client import RuntimeClient
+from server.runtime_api.client import RuntimeClient
 from server.gateway.telemetry import dumps as _dumps
+from server.gateway.video.settings import viewer_slots
 from server.gateway.vision.service import VisionService
-from server.runtime_api import GoToMarkerParams
+from server.runtime_api.params import GoToMarkerParams
 from server.validation import check_range, convert
 
 log = logging.getLogger(__name__)
 
 VISION_KEY = web.AppKey("vision", VisionService)
 
-#: a websocket message type → its handler ``(body, source) -> result`` (the telemetry socket's extra commands)
-WsCommand = Callable[[dict[str, Any], str], Awaitable[dict[str, Any]]]
-
-
-def go_to_marker_params(body: dict[str, Any], description: dict[str, Any] | None,
-                        envelope: tuple[str, ...] = ()) -> dict[str, Any]:
+def go_to_marker_params(body: dict[str, Any], description: dict[str, Any] | None) -> dict[str, Any]:
     """Validate a go-to-marker body at the edge (the runtime checks again, and decides what is in view)."""
-    p = convert(body, GoToMarkerParams, also_allowed=envelope)
-    if p.marker_id is not None and not 0 <= p.marker_id <= 100_000:
-        raise ApiError(f"marker_id={p.marker_id} is outside the limits [0, 100000]", code="out_of_limits", status=422)
-    check_range("standoff_m", p.standoff_m, 0.2, 10.0)
+    p = convert(body, GoToMarkerParams)  # marker_id and standoff_m ranged by the struct
     if p.speed_m_s is not None:
         lo_hi = ((description or {}).get("limits") or {}).get("linear_m_s") or [-20.0, 20.0]
         check_range("speed_m_s", p.speed_m_s, 0.02, float(lo_hi[1]))
     return {"marker_id": p.marker_id, "standoff_m": p.standoff_m, "speed_m_s": p.speed_m_s}
 
 
-def setup_vision(app: web.Application, profile: Profile, runtime: RuntimeClient, video: Any | None) -> dict[str, WsCommand]:
-    """Build the vision service, register its routes and tie it to the app's lifetime; returns the websocket
-    commands it adds to ``/ws/telemetry`` (``go_to_marker``)."""
+async def parse_go_to_marker(body: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    return go_to_marker_params(body, ctx.description)
+
+
+async def go_to_marker(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    return await ctx.request("go_to_marker", params)
+
+
+#: driving to a marker (docs/vision.md): a command of the registry; the runtime decides what is in view
+COMMANDS: tuple[Command, ...] = (
+    Command("go_to_marker", "/api/go_to_marker", LEASE, parse_go_to_marker, go_to_marker, body=GoToMarkerParams,
+            reply="result", doc="drive to a marker and stop short of it"),
+)
+
+
+def setup_vision(app: web.Application, profile: Profile, runtime: RuntimeClient, video: Any | None) -> None:
+    """Build the vision service, register its routes (reads and the overlay socket; ``go_to_marker`` is
+    :data:`COMMANDS`) and tie it to the app's lifetime."""
     service = VisionService(profile.vision, profile.video, runtime, video,
                             writer_stall_s=profile.server.writer_stall_s)
     app[VISION_KEY] = service
-
-    async def go_to_marker(body: dict[str, Any], source: str, envelope: tuple[str, ...] = ()) -> dict[str, Any]:
-        return await runtime.request("go_to_marker", go_to_marker_params(body, runtime.description, envelope))
-
-    async def post_go_to_marker(request: web.Request) -> web.Response:
-        body: Any = None
-        try:
-            body = await read_body(request)
-            result = await go_to_marker(body, "http")
-        except ApiError as err:
-            record_command(request, "go_to_marker", body, "http", error=err)
-            raise
-        record_command(request, "go_to_marker", body, "http", result)
-        return web.json_response(result)
+    # overlays are drawn over the video: as many as its viewers, by the same rules, counted apart
+    admission(app).add_pool("overlay", "vision overlay sockets", viewer_slots(profile.video), "video",
+                            "max_viewers")
 
     async def get_vision(request: web.Request) -> web.Response:
         return web.json_response(service.status(), dumps=_dumps)
@@ -81,10 +79,7 @@ def setup_vision(app: web.Application, profile: Profile, runtime: RuntimeClient,
         if not service.running:
             raise ConflictError(service.reason or "vision is starting (waiting for the robot runtime)",
                                 code="unavailable")
-        limit = profile.video.max_viewers  # overlays are drawn over the video: as many as its viewers
-        if len(service.clients) >= limit:
-            raise ApiError(f"too many vision overlay clients (max {limit}); try again later", code="busy",
-                           status=503)
+        request.app[ADMISSION].admit(request, "overlay")  # 503 busy beyond the overlay limits
         ws = web.WebSocketResponse(heartbeat=10.0, max_msg_size=1024)
         await ws.prepare(request)
         client = service.add_client(ws, request.transport)
@@ -129,13 +124,11 @@ def setup_vision(app: web.Application, profile: Profile, runtime: RuntimeClient,
 
     r = app.router
     r.add_get("/api/vision", get_vision)
-    r.add_post("/api/go_to_marker", post_go_to_marker)
     r.add_get("/ws/vision", ws_vision)
     if profile.debug.routes:
         r.add_post("/api/debug/vision", debug_vision)
     app.cleanup_ctx.append(ctx)
     app.on_shutdown.append(on_shutdown)
-    return {"go_to_marker": lambda body, source: go_to_marker(body, source, ENVELOPE)}
 
 
-__all__ = ["VISION_KEY", "WsCommand", "go_to_marker_params", "setup_vision"]
+__all__ = ["COMMANDS", "VISION_KEY", "go_to_marker_params", "setup_vision"]

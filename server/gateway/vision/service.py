@@ -33,10 +33,11 @@ from typing import Any, Callable
 
 from aiohttp import WSCloseCode, web
 
-from server.gateway.runtime_client import RuntimeClient
+from server.runtime_api.client import RuntimeClient
 from server.gateway.telemetry import dumps
 from server.gateway.video.service import RateCappedListener
 from server.gateway.vision.config import VisionConfig, markers_from_world
+from server.gateway.latest import LatestWriter, StallSweeper
 from server.gateway.vision.pipeline import GAUGE_CHANNELS, VisionPipeline, VisionResult, camera_from_config
 from server.gateway.vision.worker import VisionWorker
 
@@ -45,43 +46,20 @@ log = logging.getLogger(__name__)
 DECLARE_POLL_S = 0.2  # how soon after a runtime (re)connects its channels are declared again
 
 
-class OverlayClient:
-    """One ``/ws/vision`` socket: a one-slot mailbox (latest wins) and its writer task."""
+class OverlayClient(LatestWriter[str]):
+    """One ``/ws/vision`` socket: a latest-wins slot and its writer task (:mod:`server.gateway.latest`; a client
+    that does not read is closed by the service's :class:`~server.gateway.latest.StallSweeper`)."""
 
-    def __init__(self, ws: web.WebSocketResponse, transport: Any, stall_s: float) -> None:
+    def __init__(self, ws: web.WebSocketResponse, transport: Any) -> None:
+        super().__init__(ws.send_str, transport, name="vision overlay")
         self.ws = ws
-        self.transport = transport
-        self.stall_s = stall_s
-        self.slot: str | None = None
-        self.wake = asyncio.Event()
-        self.sent = 0
-        self.dropped = 0
 
-    def offer(self, text: str) -> None:
-        if self.slot is not None:
-            self.dropped += 1
-        self.slot = text
-        self.wake.set()
+    @property
+    def closed(self) -> bool:
+        return self._aborted or self.ws.closed
 
     async def writer(self) -> None:
-        ws = self.ws
-        try:
-            while not ws.closed:
-                await self.wake.wait()
-                self.wake.clear()
-                text, self.slot = self.slot, None
-                if text is None or ws.closed:
-                    continue
-                try:
-                    await asyncio.wait_for(ws.send_str(text), self.stall_s)
-                except asyncio.TimeoutError:
-                    log.warning("vision overlay client did not read for %.1f s: dropping it", self.stall_s)
-                    if self.transport is not None:
-                        self.transport.abort()
-                    return
-                self.sent += 1
-        except (ConnectionResetError, RuntimeError):
-            pass
+        await self.run()
 
 
 class VisionService:
@@ -106,6 +84,8 @@ class VisionService:
         self.worker: VisionWorker | None = None
         self.paused = False  # debug: frames are not offered to the worker (the pipeline "stops")
         self.clients: set[OverlayClient] = set()
+        self.sweeper = StallSweeper(writer_stall_s, lambda: self.clients, what="vision overlay client",
+                                    on_abort=self.clients.discard)
         self.sent = 0
         self.not_sent = 0  # results while the runtime was down or had not had the channels declared
         self.declares = 0
@@ -136,8 +116,10 @@ class VisionService:
             return
         self._aio = asyncio.get_running_loop()
         self._task = asyncio.create_task(self._keep_declared(), name="vision-declare")
+        self.sweeper.start()
 
     async def stop(self) -> None:
+        await self.sweeper.stop()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -240,7 +222,7 @@ class VisionService:
 
     # ------------------------------------------------------------------ overlay sockets
     def add_client(self, ws: web.WebSocketResponse, transport: Any) -> OverlayClient:
-        client = OverlayClient(ws, transport, self.writer_stall_s)
+        client = OverlayClient(ws, transport)
         self.clients.add(client)
         return client
 

@@ -7,7 +7,8 @@ age of each one, the behaviour dead-reckons the marker's place in the body frame
 measured twist (``linear_m_s``, ``angular_rad_s``): the marker stands still in the world, so
 it moves back by the distance driven and turns against the robot's turn. On that estimate it
 steers the bearing to zero (proportional, turning first when it is off by a lot) and drives
-forward at a speed that can still stop at ``standoff_m`` (``sqrt(2·a·(range − standoff))``, at
+forward at a speed that can still stop at ``standoff_m`` (:func:`robotics.control.brake_speed`, the one
+braking law, discrete over the tick: the continuous ``sqrt(2·a·d)`` overshoots by a tick's travel; at
 most ``speed_m_s``); within ``TOLERANCE_M`` it stops, waits for still wheels and finishes
 ("reached", with the range measured then).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from robotics.control import brake_speed
 from server.runtime.behaviours.common import rounded, still
 from server.runtime.controllers.rover import RoverSetpoint
 
@@ -156,7 +158,7 @@ class GoToMarkerBehavior:
         if not math.isfinite(self.initial_error_m):
             self.initial_error_m = err
         if self.phase == "approaching" and err > TOLERANCE_M:
-            return self._steer(err)
+            return self._steer(err, dt)
         # at the standoff: stop, wait for still wheels, report the range measured then
         self.phase = "settling"
         self.still_s = self.still_s + dt if still(values) else 0.0
@@ -166,10 +168,10 @@ class GoToMarkerBehavior:
             return None
         return RoverSetpoint()
 
-    def _steer(self, err: float) -> RoverSetpoint:
+    def _steer(self, err: float, dt_s: float) -> RoverSetpoint:
         b = self.bearing_rad
         w = max(-self.max_rate, min(self.max_rate, K_BEARING * b))
-        speed = min(self.speed_m_s, K_RANGE * err, math.sqrt(2.0 * self.brake * err))
+        speed = min(self.speed_m_s, K_RANGE * err, float(brake_speed(err, self.brake, dt_s)))
         speed = max(speed, min(MIN_SPEED_M_S, self.speed_m_s))
         speed *= max(0.0, 1.0 - abs(b) / TURN_FIRST_RAD)
         return RoverSetpoint(speed, w)

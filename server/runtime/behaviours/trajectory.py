@@ -34,8 +34,11 @@ import numpy as np
 from robotics.tracking import deviation_by_axis
 from robotics.trajectory import MAX_AXES, MAX_POINTS, Trajectory
 from server.errors import ConflictError, NotFoundError, ValidationError
-from server.protocol import dumps
-from server.runtime_api import Empty, ProgramParams, ReportParams, TrajectoryRunParams, TrajectoryUploadParams
+from server.runtime_api.protocol import dumps
+from server.runtime_api.params import (MAX_TRAJECTORY_S, Empty, ProgramParams, ReportParams, TrajectoryRunParams,
+                                TrajectoryUploadParams, check_trajectory_times, check_waypoints,
+                                trajectory_from_columns)
+from server.validation import check_range
 
 #: most ticks a run records (a longer run records every k-th tick)
 MAX_RECORD = 100_000
@@ -62,8 +65,9 @@ class TrajectoryRun:
         self.outcome: str | None = None
         self.t = 0.0  # trajectory time of the sample being commanded, driver seconds
         self.waited_s = 0.0
-        ticks = (trajectory.duration_s + settle_s) * rate_hz / max(controller.time_scale, 1e-9)
-        ticks = int(math.ceil(ticks * 1.5)) + 16  # slack for late ticks (a longer dt covers more time, not less)
+        check_trajectory_times(trajectory.times_s)  # whoever built it: the tick count below must stay finite
+        ticks = (min(trajectory.duration_s, MAX_TRAJECTORY_S) + settle_s) * rate_hz / max(controller.time_scale, 1e-9)
+        ticks = int(math.ceil(min(ticks, 1e15) * 1.5)) + 16  # slack for late ticks (a longer dt covers more time)
         self.stride = max(1, math.ceil(ticks / MAX_RECORD))
         size = min(MAX_RECORD, ticks // self.stride + 1)
         k = len(self.axes)
@@ -114,10 +118,9 @@ class TrajectoryRun:
         if legs != self._legs:
             self.saturation_changes += 1
             if len(self.saturation_events) < MAX_SATURATION_EVENTS:
-                report = getattr(self.controller, "saturation", None)
                 self.saturation_events.append({"t_s": round(self.t, 6), "legs": list(legs), "report": [
-                    {k: round(v, 6) for k, v in leg.items()} for leg in report.to_json()]
-                    if report is not None and legs else []})
+                    {k: round(v, 6) for k, v in leg.items()} for leg in self.controller.saturation_report()]
+                    if legs else []})
             self._legs = legs
         if self._last is None:
             return
@@ -202,9 +205,10 @@ class TrajectoryMethods:
                 "trajectory_report": (ReportParams, self.report),
                 "program": (ProgramParams, self.program)}
 
-    def _controller(self, need: str = "prepare") -> Any:
+    def _controller(self, need: str = "trajectory") -> Any:
+        """The controller, if it declares ``need`` in its ``behaviours`` (never found by probing its methods)."""
         ctrl = self.loop.controller
-        if not callable(getattr(ctrl, need, None)):
+        if need not in ctrl.behaviours:
             what = "FAULHABER programs are for the SCARA arm" if need == "program" else \
                 "trajectory runs are for arms and platforms"
             raise ConflictError(f"{what}; this robot is a {ctrl.profile}", code="unavailable")
@@ -247,15 +251,12 @@ class TrajectoryMethods:
             if upload != self._upload_id or not self._columns:
                 raise NotFoundError(f"no uploaded trajectory {upload!r}", code="not_found")
             columns = self._columns
-        try:
-            return Trajectory.from_columns(columns), "upload"
-        except ValueError as err:
-            raise ValidationError(f"trajectory: {err}", code="invalid") from None
+        return trajectory_from_columns(columns), "upload"
 
     def start(self, p: TrajectoryRunParams) -> dict[str, Any]:
         ctrl = self._controller()
-        if p.amplitude is not None and not math.isfinite(p.amplitude):
-            raise ValidationError("amplitude must be a finite number", code="not_finite")
+        if p.amplitude is not None:
+            check_range("amplitude", p.amplitude, -10.0, 10.0)
         tr, label = self._trajectory(ctrl, p.series, p.upload, amplitude=p.amplitude)
         tr = ctrl.prepare(tr)
         run = TrajectoryRun(tr, ctrl, label, rate_hz=self.loop.stats.rate_hz)
@@ -278,10 +279,14 @@ class TrajectoryMethods:
 
     def program(self, p: ProgramParams) -> dict[str, Any]:
         ctrl = self._controller("program")
-        tr, _ = self._trajectory(ctrl, p.series, None, p.columns)
+        if p.columns is not None:
+            check_waypoints(len(next(iter(p.columns.values()), [])))
         if p.series is not None:
             if not (math.isfinite(p.step_s) and 0.01 <= p.step_s <= 60.0):
                 raise ValidationError("step_s must be in [0.01, 60] s", code="out_of_limits")
+        tr, _ = self._trajectory(ctrl, p.series, None, p.columns)
+        if p.series is not None:
+            check_waypoints(int(tr.duration_s / p.step_s) + 1)
             times = np.arange(tr.times_s[0], tr.times_s[-1] + 1e-9, p.step_s)
             tr = Trajectory(times, tr.sample(times), tr.axes)
         return ctrl.program(tr)

@@ -7,10 +7,10 @@ reference (never the raw goal) to the drives. So a target far away becomes a smo
 (ros2_control's joint trajectory controller works the same way), a controlled stop is a
 deceleration of the reference, and nothing beyond the travel ever reaches a driver.
 
-Position targets use the braking law of the simulated servos (``sim/servo.py``): the speed
-from which braking at ``a_max`` in steps of ``dt`` stops on the target,
-``v_brake = sqrt((a·dt/2)² + 2·a·|e|) − a·dt/2``, so the reference lands on the target
-without overshoot; the same law keeps a velocity (jog) inside the travel.
+Position targets use the one braking law, :func:`robotics.control.brake_speed` (the simulated
+servos of ``sim/servo.py`` use it too): the speed from which braking at ``a_max`` in steps of
+``dt`` stops on the target, ``v_brake = sqrt((a·dt/2)² + 2·a·|e|) − a·dt/2``, so the reference
+lands on the target without overshoot; the same law keeps a velocity (jog) inside the travel.
 
 >>> r = Ramp(lower=[-1.0], upper=[1.0], v_max=[0.5], a_max=[2.0])
 >>> for _ in range(200):
@@ -26,13 +26,30 @@ without overshoot; the same law keeps a velocity (jog) inside the travel.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Annotated, Any, ClassVar, Mapping
 
 import msgspec
 import numpy as np
+from msgspec import Meta
 
+from robotics.control import brake_speed
+from server.config import Table
+from server.runtime.controllers.base import Controller
 from server.runtime.supervisor import Motion, OutputMode
-from server.runtime_api import Hold
+from server.runtime_api.params import Hold
+
+#: the rover's ``[limits]`` keys, which the arm and platform tables never used (a profile may still carry them)
+ROVER_ONLY_LIMITS = ("linear_m_s", "angular_rad_s", "linear_accel_m_s2", "angular_accel_rad_s2",
+                     "linear_decel_m_s2", "angular_decel_rad_s2")
+
+
+class ReferenceLimits(Table):
+    """``[limits]`` of an arm or a platform: their speed and acceleration limits are in ``[robot]``. The rover's
+    keys were accepted here while ``[limits]`` was the rover's struct: they still load, ignored, with a warning."""
+
+    deprecated: ClassVar[Mapping[str, str | None]] = dict.fromkeys(ROVER_ONLY_LIMITS)
+
+    ttl_max_s: Annotated[float, Meta(gt=0.0, le=3600.0)] = 10.0  # the largest ttl_s a motion command may carry
 
 
 def _vec(v, k: int | None = None) -> np.ndarray:
@@ -56,7 +73,13 @@ class Ramp:
             raise ValueError("need lower <= upper and v_max, a_max > 0")
         self.pos = np.zeros(k)
         self.vel = np.zeros(k)
+        self.speed_scale = 1.0  # the latency governor's cap on moves and jogs (never on braking or a timed run)
         self.sync(np.zeros(k) if position is None else position)
+
+    @property
+    def v_limit(self) -> np.ndarray:
+        """``v_max`` under the governor's cap: the speed a move or a jog may reach now."""
+        return self.v_max if self.speed_scale >= 1.0 else self.v_max * self.speed_scale
 
     def sync(self, position) -> None:
         """Put the reference at ``position`` (clipped into the travel), at rest."""
@@ -66,10 +89,6 @@ class Ramp:
     @property
     def stopped(self) -> bool:
         return not np.any(self.vel)
-
-    def _brake_speed(self, distance: np.ndarray, dt: float) -> np.ndarray:
-        half = 0.5 * self.a_max * dt
-        return np.sqrt(half * half + 2.0 * self.a_max * np.abs(distance)) - half
 
     def _move(self, wanted: np.ndarray, dt: float, lower: np.ndarray, upper: np.ndarray) -> None:
         dv = self.a_max * dt
@@ -85,28 +104,31 @@ class Ramp:
         if dt <= 0:
             return
         error = np.clip(_vec(target, self.pos.size), self.lower, self.upper) - self.pos
-        speed = np.minimum(np.minimum(self.v_max, self._brake_speed(error, dt)), np.abs(error) / dt)
+        speed = np.minimum(np.minimum(self.v_limit, brake_speed(error, self.a_max, dt)), np.abs(error) / dt)
         self._move(np.sign(error) * speed, dt, self.lower, self.upper)
         done = (np.abs(error) < 1e-12) & (np.abs(self.vel) <= self.a_max * dt)
         self.vel[done] = 0.0
 
     def at_velocity(self, velocity, dt: float, lower=None, upper=None) -> None:
-        """One step at ``velocity`` (capped at ``v_max``), braking in time for the travel (or the
+        """One step at ``velocity`` times the governor's ``speed_scale`` (capped at :attr:`v_limit`), braking in
+        time for the travel (or the
         narrower ``lower``/``upper`` given for this step)."""
         if dt <= 0:
             return
         lo = self.lower if lower is None else np.maximum(self.lower, _vec(lower, self.pos.size))
         hi = self.upper if upper is None else np.minimum(self.upper, _vec(upper, self.pos.size))
-        wanted = np.clip(_vec(velocity, self.pos.size), -self.v_max, self.v_max)
+        v = self.v_limit
+        wanted = np.clip(_vec(velocity, self.pos.size) * min(1.0, self.speed_scale), -v, v)
         room_up = np.where(np.isfinite(hi), np.maximum(hi - self.pos, 0.0), np.inf)
         room_down = np.where(np.isfinite(lo), np.maximum(self.pos - lo, 0.0), np.inf)
         with np.errstate(invalid="ignore"):
-            wanted = np.clip(wanted, -np.minimum(self._brake_speed(room_down, dt), room_down / dt),
-                             np.minimum(self._brake_speed(room_up, dt), room_up / dt))
+            wanted = np.clip(wanted, -np.minimum(brake_speed(room_down, self.a_max, dt), room_down / dt),
+                             np.minimum(brake_speed(room_up, self.a_max, dt), room_up / dt))
         self._move(wanted, dt, np.minimum(lo, self.pos), np.maximum(hi, self.pos))
 
     def follow(self, target, dt: float) -> None:
-        """Step to the streamed sample ``target`` (clipped into the travel), at most ``v_max·dt`` per axis."""
+        """Step to the streamed sample ``target`` (clipped into the travel), at most ``v_max·dt`` per axis (a timed
+        run keeps its timing: the governor does not slow it; its stop still applies)."""
         if dt <= 0:
             return
         goal = np.clip(_vec(target, self.pos.size), self.lower, self.upper)
@@ -125,7 +147,7 @@ class Ramp:
         self.vel = np.zeros(self.pos.size)
 
 
-class ReferenceController:
+class ReferenceController(Controller):
     """What the SCARA and Stewart controllers share (see :class:`server.runtime.controllers.base.Controller`).
 
     The reference (:class:`Ramp`) lives on ``axes``, which are also the channels the driver
@@ -138,7 +160,6 @@ class ReferenceController:
     through :meth:`target_setpoint`, :meth:`follow_setpoint`, :meth:`achieved` and :meth:`reached`.
     """
 
-    profile = ""
     axes: tuple[str, ...] = ()
     rate_channels: tuple[str, ...] = ()
     target_type: type = Hold
@@ -156,6 +177,10 @@ class ReferenceController:
         self._events: list[tuple[str, str, str, dict]] = []
 
     # ------------------------------------------------------------------ the Controller protocol
+    def govern(self, scale: float) -> None:
+        """The latency governor's cap: joint (or pose-axis) speed of moves and jogs times ``scale``."""
+        self.ramp.speed_scale = min(1.0, max(0.0, float(scale)))
+
     def zero(self) -> Hold:
         return Hold()
 
@@ -200,7 +225,7 @@ class ReferenceController:
     def setpoint_json(self, sp: Any) -> dict[str, Any]:
         return msgspec.to_builtins(sp)
 
-    def take_events(self) -> list[tuple[str, str, str, dict]]:
+    def take_events(self) -> list[tuple[str, str, str, dict]]:  # type: ignore[override]
         """Events since the last call: (trigger, message, kind, values); the loop logs them."""
         events, self._events = self._events, []
         return events
@@ -243,3 +268,7 @@ class ReferenceController:
     def saturated_legs(self) -> tuple[int, ...]:
         """Legs the last command saturated (the platform's; an arm has none)."""
         return ()
+
+    def saturation_report(self) -> list[dict[str, float]]:
+        """Per leg, what the last command asked of it and got (the platform's; an arm has none)."""
+        return []

@@ -1,6 +1,6 @@
 """The SCARA arm's controller: joint targets, joint jogs, tool targets and tool jogs → joint position references.
 
-Setpoints (:mod:`server.runtime_api`, tagged by ``kind``): ``joints`` (position targets),
+Setpoints (:mod:`server.runtime_api.params`, tagged by ``kind``): ``joints`` (position targets),
 ``jog`` (joint velocities), ``tool`` (a tool position through inverse kinematics, with the
 elbow the operator chose), ``tool_jog`` (a tool velocity through inverse velocity
 kinematics, q̇ = J⁻¹·v), ``follow`` (streamed joint positions: trajectory runs) and
@@ -47,19 +47,20 @@ from msgspec import Meta
 from robotics.description import DescriptionError, parse, to_svg
 from robotics.kinematics import Singular, Unreachable
 from robotics.kinematics.scara import Scara
+from drivers.base import Capability, Driver, JointLimits, ProgramGenerator
+from drivers.errors import ProgramGenerationError
 from robotics.trajectory import SCARA_AXES, Trajectory, scara_demo
 from server.config import REPO_ROOT, ConfigError, Table
-from server.errors import ValidationError
-from server.runtime.controllers.ramp import Ramp, ReferenceController
+from server.errors import ConflictError, ValidationError
+from server.runtime.controllers.base import Command
+from server.runtime.controllers.ramp import Ramp, ReferenceController, ReferenceLimits
 from server.runtime.supervisor import Rule
-from server.runtime_api import (Hold, ScaraFollow, ScaraJog, ScaraJoints, ScaraTool, ScaraToolJog, beyond_limits)
+from server.runtime_api.params import (Hold, check_waypoints, ScaraFollow, ScaraJog, ScaraJoints, ScaraTool, ScaraToolJog, beyond_limits)
 
 log = logging.getLogger(__name__)
 
 _Pair = Annotated[list[Annotated[float, Meta(ge=-360.0, le=360.0)]], Meta(min_length=2, max_length=2)]
 _PosPair = Annotated[list[Annotated[float, Meta(gt=0.0, le=1e4)]], Meta(min_length=2, max_length=2)]
-#: a programmed motion becomes at most this many FAULHABER waypoints (the program must fit one reply)
-MAX_PROGRAM_WAYPOINTS = 200
 #: the series a SCARA runs by name
 SERIES = ("scara_demo",)
 
@@ -89,6 +90,10 @@ class ScaraRobot(Table, tag_field="profile", tag="scara"):
             if self.q_max_deg[j] - self.q_min_deg[j] <= 2 * self.limit_margin_deg:
                 raise ValueError(f"q{j + 1}: q_max_deg must exceed q_min_deg by more than twice limit_margin_deg")
         load_description(self.description)  # a bad document stops start-up here, naming the file and the line
+
+
+class ScaraLimits(ReferenceLimits):
+    """``[limits]`` of a SCARA arm (its joint speeds and accelerations are in ``[robot]``)."""
 
 
 def load_description(path_text: str) -> Any:
@@ -124,7 +129,12 @@ class ScaraController(ReferenceController):
     ``arm``'s minus ``margin_rad``."""
 
     profile = "scara"
+    robot_type = ScaraRobot
+    limits_type = ScaraLimits
     setpoint_type = ScaraJoints | ScaraJog | ScaraTool | ScaraToolJog | ScaraFollow | Hold
+    behaviours = frozenset({"trajectory", "program"})
+    commands = (Command("joints", ScaraJoints), Command("jog", ScaraJog), Command("tool", ScaraTool),
+                Command("tool_jog", ScaraToolJog))
     axes = SCARA_AXES
     rate_channels = ("q1_rad_s", "q2_rad_s")
     target_type = ScaraJoints
@@ -135,7 +145,7 @@ class ScaraController(ReferenceController):
     def __init__(self, arm: Scara, v_max=(2.0, 3.0), a_max=(10.0, 15.0), *, margin_rad: float = 0.0,
                  tool_speed_m_s: float = 0.25, singular_margin_rad: float = math.radians(5.0),
                  actuators: tuple[str, str] = ("q1_target_rad", "q2_target_rad"), time_scale: float = 1.0,
-                 ttl_max_s: float = 10.0, description: Any = None, program_axes: dict | None = None) -> None:
+                 ttl_max_s: float = 10.0, description: Any = None, programs: ProgramGenerator | None = None) -> None:
         self.arm = arm
         lo, hi = arm.q_min + margin_rad, arm.q_max - margin_rad
         self.soft = Scara(arm.l1, arm.l2, lo, hi)
@@ -144,14 +154,14 @@ class ScaraController(ReferenceController):
         self.singular_margin_rad = float(singular_margin_rad)
         self.actuator_names = actuators
         self.description = description
-        self._program_axes = program_axes or {}
+        self.programs = programs  # the driver's program generator (Capability.PROGRAMS), or None
         self._target_of: tuple[Any, np.ndarray] | None = None  # (tool setpoint, its joint solution)
         self._stopped_jog: Any = None  # the tool jog already stopped at the singular band
         self._svg = to_svg(description, y_up=True) if description is not None else None
         self._workspace = {str(e): np.round(o, 4).tolist() for e, o in self.soft.workspace(24).outlines.items()}
 
     @classmethod
-    def from_profile(cls, profile: Any, driver: Any) -> ScaraController:
+    def from_profile(cls, profile: Any, driver: Driver) -> ScaraController:
         """From ``[robot]`` (a :class:`ScaraRobot`) and the driver's actuators (their ranges narrow the limits)."""
         r = profile.robot
         acts = driver.actuators()
@@ -168,13 +178,11 @@ class ScaraController(ReferenceController):
         margin = math.radians(r.limit_margin_deg)
         if np.any(hi - lo <= 2 * margin):
             raise ConfigError(f"{profile.source}: the joint limits of [robot] and the driver leave no room to move")
-        # a driver whose joints are FAULHABER drives says how they are geared (program generation)
-        program_axes = {a.name: a for a in getattr(driver, "axes_config", ()) if a.name in ("q1", "q2")}
         return cls(Scara(r.l1_m, r.l2_m, lo, hi), v_max, r.max_acceleration_rad_s2, margin_rad=margin,
                    tool_speed_m_s=r.max_tool_speed_m_s, singular_margin_rad=math.radians(r.singular_margin_deg),
-                   actuators=names, time_scale=getattr(driver, "time_scale", 1.0),
+                   actuators=names, time_scale=driver.time_scale,
                    ttl_max_s=profile.limits.ttl_max_s, description=load_description(r.description),
-                   program_axes=program_axes)
+                   programs=driver.program_generator() if driver.has(Capability.PROGRAMS) else None)
 
     # ------------------------------------------------------------------ checks (any thread)
     def check(self, sp: Any) -> None:
@@ -237,7 +245,7 @@ class ScaraController(ReferenceController):
             qd = self.arm.inverse_velocity(ramp.pos, (sp.vx_m_s, sp.vy_m_s))
         except Singular:
             qd = np.zeros(2)
-        scale = float(np.max(np.abs(qd) / ramp.v_max))
+        scale = float(np.max(np.abs(qd) / ramp.v_max))  # (at_velocity applies the governor's cap to all of qd)
         if scale > 1.0:
             qd = qd / scale
         at_edge = q2 <= band[0] + 1e-6 and qd[1] < 0 or q2 >= band[1] - 1e-6 and qd[1] > 0
@@ -276,7 +284,6 @@ class ScaraController(ReferenceController):
             "geometry": {"l1_m": self.arm.l1, "l2_m": self.arm.l2,
                          "singular_margin_rad": self.singular_margin_rad},
             "workspace": self._workspace,
-            "commands": ["joints", "jog", "tool", "tool_jog"],
             "trajectory": {"series": list(SERIES), "axes": list(self.axes)},
         }
         if self.description is not None:
@@ -326,34 +333,26 @@ class ScaraController(ReferenceController):
         return Trajectory(tr.times_s, values, self.axes)
 
     def program(self, tr: Trajectory) -> dict[str, Any]:
-        """The FAULHABER ASCII program for the joint motion ``tr`` (waypoints), on this arm's drives: the driver's
-        own axes when its joints are FAULHABER drives, else direct drives with 2048 increments per turn, node 1
-        and 2, this arm's speed and acceleration limits (``axes`` in the answer says which)."""
-        from drivers.faulhaber.axis import AxisConfig, AxisMode
-        from drivers.faulhaber.program import ProgramError, generate_program
-
+        """The program for the joint motion ``tr`` (waypoints) on this arm's drives, from the driver's generator
+        (:attr:`drivers.base.Capability.PROGRAMS`): its own drives where it has them, else direct drives within
+        this arm's soft limits and speeds (``axes`` in the answer says which). 409 ``unavailable`` for a driver
+        that makes no programs."""
+        if self.programs is None:
+            raise ConflictError("this arm's driver generates no motion programs", code="unavailable")
         tr = self.prepare(tr)
-        if len(tr) > MAX_PROGRAM_WAYPOINTS:
-            raise ValidationError(f"a program takes at most {MAX_PROGRAM_WAYPOINTS} waypoints, got {len(tr)}: "
-                                  "sample the motion coarser (step_s)", code="out_of_limits")
-        axes = {}
-        for j, joint in enumerate(("q1", "q2")):
-            axes[joint] = self._program_axes.get(joint) or AxisConfig(
-                joint, node=j + 1, mode=AxisMode.POSITION, counts_per_rev=2048, gear_ratio=1.0,
-                max_speed_rad_s=float(self.ramp.v_max[j]), max_accel_rad_s2=float(self.ramp.a_max[j]),
-                min_rad=float(self.ramp.lower[j]), max_rad=float(self.ramp.upper[j]))
+        check_waypoints(len(tr))  # the runtime API's one limit (MAX_PROGRAM_WAYPOINTS), checked at the edge too
+        ramp = self.ramp
+        joints = [JointLimits(joint, float(ramp.lower[j]), float(ramp.upper[j]), float(ramp.v_max[j]),
+                              float(ramp.a_max[j])) for j, joint in enumerate(("q1", "q2"))]
         t0 = float(tr.times_s[0])
         waypoints = [(float(t) - t0, {"q1": float(row[0]), "q2": float(row[1])})
                      for t, row in zip(tr.times_s, tr.values)]
         try:
-            program = generate_program(waypoints, axes)
-        except ProgramError as err:
+            program = self.programs.generate(waypoints, joints)
+        except ProgramGenerationError as err:
             raise ValidationError(f"no FAULHABER program for this motion: {err}", code="invalid") from None
-        return {"text": program.text(), "lines": len(program.lines()), "waypoints": len(waypoints),
-                "axes": [{"joint": f"{k}_rad", "node": a.node, "counts_per_rev": a.counts_per_rev,
-                          "gear_ratio": a.gear_ratio, "max_speed_rad_s": a.max_speed_rad_s,
-                          "max_accel_rad_s2": a.max_accel_rad_s2, "from_driver": k in self._program_axes}
-                         for k, a in axes.items()]}
+        return {"text": program.text, "lines": program.lines, "waypoints": len(waypoints),
+                "axes": [{"joint": f"{j.name}_rad", **axis} for j, axis in zip(joints, program.axes)]}
 
 
 def check_speeds(times_s: np.ndarray, values: np.ndarray, axes: tuple[str, ...], v_max: np.ndarray) -> None:

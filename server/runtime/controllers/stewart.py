@@ -1,6 +1,6 @@
 """The Stewart platform's controller: pose targets → a ramped pose reference → six leg lengths.
 
-Setpoints (:mod:`server.runtime_api`): ``pose`` (a target pose: centre in the base frame,
+Setpoints (:mod:`server.runtime_api.params`): ``pose`` (a target pose: centre in the base frame,
 X-Y-Z Euler angles), ``follow`` (streamed poses: trajectory runs) and ``hold``. Each tick the
 pose reference (:class:`~server.runtime.controllers.ramp.Ramp` over x, y, z, roll, pitch,
 yaw) moves toward the target within ``max_speed_m_s`` / ``max_angular_speed_deg_s`` and their
@@ -38,10 +38,11 @@ from robotics.kinematics.stewart import StewartPlatform
 from robotics.trajectory import POSE_AXES, STEWART_SERIES, Trajectory, stewart_series
 from server.config import ConfigError, Table
 from server.errors import ValidationError
-from server.runtime.controllers.ramp import Ramp, ReferenceController
+from server.runtime.controllers.base import Command
+from server.runtime.controllers.ramp import Ramp, ReferenceController, ReferenceLimits
 from server.runtime.controllers.scara import check_speeds
 from server.runtime.supervisor import Rule
-from server.runtime_api import Hold, StewartFollow, StewartPose
+from server.runtime_api.params import Hold, StewartFollow, StewartPose
 
 #: straight-line samples checked between the reference and a new target
 PATH_SAMPLES = 24
@@ -76,12 +77,20 @@ class StewartRobot(Table, tag_field="profile", tag="stewart"):
             raise ValueError("leg_max_m must exceed leg_min_m by more than twice stroke_margin_m")
 
 
+class StewartLimits(ReferenceLimits):
+    """``[limits]`` of a Stewart platform (its pose speeds and accelerations are in ``[robot]``)."""
+
+
 class StewartController(ReferenceController):
     """See the module docstring. ``platform`` carries the legs' stroke; the soft stroke is
     ``[leg_min + margin_m, leg_max − margin_m]``."""
 
     profile = "stewart"
+    robot_type = StewartRobot
+    limits_type = StewartLimits
     setpoint_type = StewartPose | StewartFollow | Hold
+    behaviours = frozenset({"trajectory"})
+    commands = (Command("pose", StewartPose),)
     axes = POSE_AXES
     rate_channels = tuple(f"leg{i}_m_s" for i in range(1, 7))
     target_type = StewartPose
@@ -130,7 +139,7 @@ class StewartController(ReferenceController):
                    max_angular_speed_rad_s=math.radians(r.max_angular_speed_deg_s),
                    max_acceleration_m_s2=r.max_acceleration_m_s2,
                    max_angular_acceleration_rad_s2=math.radians(r.max_angular_acceleration_deg_s2),
-                   actuators=names, time_scale=getattr(driver, "time_scale", 1.0), ttl_max_s=profile.limits.ttl_max_s)
+                   actuators=names, time_scale=driver.time_scale, ttl_max_s=profile.limits.ttl_max_s)
 
     # ------------------------------------------------------------------ checks (any thread)
     def check(self, sp: Any) -> None:
@@ -192,6 +201,9 @@ class StewartController(ReferenceController):
     def saturated_legs(self) -> tuple[int, ...]:
         return self._saturated
 
+    def saturation_report(self) -> list[dict[str, float]]:
+        return self.saturation.to_json()
+
     def command_json(self) -> dict[str, Any]:
         p, v = self.ramp.pos, self.ramp.vel
         out: dict[str, Any] = {a: float(x) for a, x in zip(self.axes, p)}
@@ -222,7 +234,6 @@ class StewartController(ReferenceController):
                          "leg_min_m": self.platform.leg_min.tolist(), "leg_max_m": self.platform.leg_max.tolist(),
                          "soft_leg_min_m": self.soft.leg_min.tolist(), "soft_leg_max_m": self.soft.leg_max.tolist(),
                          "home": dict(zip(self.axes, home.tolist())), "saturate": self.saturate},
-            "commands": ["pose"],
             "trajectory": {"series": list(STEWART_SERIES), "axes": list(self.axes)},
             "scheme": {"kind": "stewart", "channels": list(self.axes)},
         }

@@ -163,7 +163,7 @@ def test_magnetometer_run_without_field_samples_fails_with_the_reason() -> None:
         st.odom_yaw_rad += 0.01
         out = b.update(STILL, 0.01, 0.0)
     assert out is None and b.outcome.startswith("failed: too few magnetometer samples"), b.outcome
-    assert not stored and st.mag_offset_ut is None
+    assert not stored and st.attitude.mag_offset_ut is None
 
 
 def test_magnetometer_run_times_out_when_the_rover_does_not_turn() -> None:

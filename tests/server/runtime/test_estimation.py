@@ -10,6 +10,10 @@ import numpy as np
 import pytest
 
 import server.runtime.estimation
+import server.runtime.estimation.attitude
+import server.runtime.estimation.channels
+import server.runtime.estimation.position
+import server.runtime.estimation.stage
 from drivers.sim import SimDriver
 from server.config import DEFAULT_CONFIG, load_config
 from server.runtime.estimation import ACC, GYRO, MAG, EstimationStage, build_estimation
@@ -22,8 +26,11 @@ PAPER_MEAN_M, PAPER_MAX_M = 0.0908, 0.23  # seeds/002: UWB + odometry on the rea
 DERIVED = ["roll_rad", "pitch_rad", "yaw_rad", "tilt_rad", "heading_deg", "est_x_m", "est_y_m", "uwb_x_m", "uwb_y_m"]
 
 
-def test_docstring_examples() -> None:
-    assert doctest.testmod(server.runtime.estimation).failed == 0
+@pytest.mark.parametrize("module", [server.runtime.estimation, server.runtime.estimation.attitude,
+                                    server.runtime.estimation.channels, server.runtime.estimation.position,
+                                    server.runtime.estimation.stage])
+def test_docstring_examples(module) -> None:
+    assert doctest.testmod(module).failed == 0
 
 
 def level_values(yaw: float = 0.0, **extra: float) -> dict[str, float]:
@@ -69,10 +76,10 @@ def test_magnetometer_calibration_is_applied_to_the_raw_readings() -> None:
         raw[name] = raw[name] * g + o
     st = EstimationStage(available=ACC + GYRO + MAG)
     st.process(dict(raw), 0.01, 0.0)
-    assert abs(st.yaw - 1.0) > math.radians(5.0)  # the iron pulls an uncalibrated compass off
+    assert abs(st.attitude.yaw - 1.0) > math.radians(5.0)  # the iron pulls an uncalibrated compass off
     st.set_mag_calibration(offset, 1.0 / gain)
     st.process(dict(raw), 0.01, 0.01)
-    assert st.yaw == pytest.approx(1.0, abs=1e-9)
+    assert st.attitude.yaw == pytest.approx(1.0, abs=1e-9)
 
 
 def test_uwb_fix_uses_the_range_correction() -> None:
@@ -86,7 +93,7 @@ def test_uwb_fix_uses_the_range_correction() -> None:
     st.process(values, 0.01, 0.0)
     assert (values["uwb_x_m"], values["uwb_y_m"]) == pytest.approx((2.0, 1.5), abs=1e-6)
     assert (values["est_x_m"], values["est_y_m"]) == pytest.approx((2.0, 1.5), abs=1e-6)
-    st.set_range_correction((1.0, 0.0))
+    st.position.set_range_correction((1.0, 0.0))
     values = level_values() | dict(zip(names, raw))
     st.process(values, 0.01, 0.01)
     assert math.hypot(values["uwb_x_m"] - 2.0, values["uwb_y_m"] - 1.5) > 0.03
@@ -119,7 +126,7 @@ def circle_run(seconds: float, dt: float = 0.01) -> dict[str, np.ndarray]:
     driver.open()
     driver.activate()
     stage = build_estimation(cfg, driver)
-    assert stage is not None and stage.has_uwb and stage.has_mag
+    assert stage is not None and stage.position.has_uwb and stage.attitude.has_mag
     r, track = 0.0515, cfg.robot.track_m
     v, w = 0.3, 0.3  # 1 m radius round (3, 2)
     driver.write({"wheel_left": (v - 0.5 * w * track) / r, "wheel_right": (v + 0.5 * w * track) / r})

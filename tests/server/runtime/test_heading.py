@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ServerProc, wait_until
+from tests.conftest import ServerProc, module_server, wait_until
 from tests.server.test_stop_paths import Heartbeat
 
 pytestmark = pytest.mark.timeout(180)
@@ -130,6 +130,25 @@ def test_heading_timeout_ends_with_a_failure_event(server_factory, tmp_path) -> 
     assert end["trigger"] == "behavior_end"
     assert end["values"]["outcome"].startswith("failed: timeout") and "failed: timeout" in end["message"]
     assert srv.state()["setpoint"] == {"linear": 0.0, "angular": 0.0, "source": None}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """The refusal tests' one server (a long link timeout: a row's start stays running while it is checked)."""
+    srv = module_server(tmp_path_factory, {"safety": {"command_timeout_s": 60.0}})
+    yield srv
+    srv.kill()
+
+
+@pytest.fixture
+def server(shared: ServerProc) -> ServerProc:
+    """The shared server, idle and with no behaviour, as a fresh one would be."""
+    if shared.state()["state"] != "idle":
+        shared.post("/api/estop", {"reason": "test: reset between rows"})
+        wait_until(lambda: shared.post("/api/reset")[0] == 200 or shared.state()["state"] == "idle", 10,
+                   "the shared server idle again")
+    assert shared.state()["state"] == "idle" and shared.state()["behavior"] is None
+    return shared
 
 
 def test_heading_refused_unless_running(server: ServerProc) -> None:

@@ -14,6 +14,7 @@ from drivers.sim import SimDriver
 from server.config import load_config
 from server.runtime.controllers.rover import Limits, RoverController, RoverSetpoint
 from server.runtime.loop import ControlLoop, Schedule
+from server.runtime.stage import Stage
 from server.runtime.supervisor import Refused, State, Supervisor
 
 WORLD = {"size_m": [6.0, 4.0]}
@@ -28,7 +29,7 @@ class Clock:
         return self.t
 
 
-class DoubleTilt:
+class DoubleTilt(Stage):
     """A stage (estimator) deriving ``tilt_rad`` from the battery reading, so a test can steer a
     derived channel that a rule watches."""
 

@@ -16,7 +16,7 @@ from server.errors import ValidationError
 from server.runtime.controllers.scara import ScaraController
 from server.runtime.robot import Robot
 from server.runtime.supervisor import OutputMode, Refused
-from server.runtime_api import Hold, ScaraFollow, ScaraJog, ScaraJoints, ScaraTool, ScaraToolJog
+from server.runtime_api.params import Hold, ScaraFollow, ScaraJog, ScaraJoints, ScaraTool, ScaraToolJog
 
 LIMITS = (np.radians([-170.0, -150.0]), np.radians([170.0, 150.0]))
 MARGIN = math.radians(2.0)
@@ -224,3 +224,47 @@ def test_on_the_loop_a_joint_on_its_end_stop_is_an_estop_and_blocks_the_reset() 
 def test_a_driver_without_joint_actuators_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="needs a position actuator for joint 1"):
         Robot(load_config(None, overrides={"robot": {"profile": "scara"}}))  # the rover's sim driver
+
+
+# ---------------------------------------------------------------------- the latency governor's cap (issue 20 §3)
+@pytest.mark.parametrize("sp, axis, free", [
+    (ScaraJog(q1_rad_s=1.5, q2_rad_s=0.0), 0, 1.5),        # a joint jog: its speed
+    (ScaraJoints(q1_rad=1.5, q2_rad=1.0), 0, 2.0),          # a move to a target: the joint's v_max
+])
+def test_the_governor_caps_joint_speed_of_jogs_and_moves(sp, axis: int, free: float) -> None:
+    c = controller()
+    c.ramp.sync([0.0, 1.0])
+    run(c, sp, 30)  # accelerated (a_max 10 rad/s²: 0.2 s to 2 rad/s)
+    assert math.isclose(abs(c.ramp.vel[axis]), free, rel_tol=1e-6)
+    c.govern(0.3)
+    run(c, sp, 30)
+    assert math.isclose(abs(c.ramp.vel[axis]), 0.3 * free, rel_tol=1e-6), c.ramp.vel  # speed times the scale
+    c.govern(1.0)
+    run(c, sp, 30)
+    assert math.isclose(abs(c.ramp.vel[axis]), free, rel_tol=1e-6) or not np.any(c.ramp.vel)  # (a move may land)
+
+
+def test_the_governor_caps_tool_speed_and_keeps_the_tool_direction() -> None:
+    c = controller()
+    c.ramp.sync([0.3, 1.2])
+    jog = ScaraToolJog(vx_m_s=0.1, vy_m_s=0.05)
+    run(c, jog, 50)
+    free = c.arm.forward_velocity(c.ramp.pos, c.ramp.vel)
+    c.govern(0.5)
+    run(c, jog, 50)
+    capped = c.arm.forward_velocity(c.ramp.pos, c.ramp.vel)
+    assert math.isclose(math.hypot(*capped), 0.5 * math.hypot(*free), rel_tol=0.05), (free, capped)
+    assert math.isclose(math.atan2(capped[1], capped[0]), math.atan2(0.05, 0.1), abs_tol=0.02)
+    assert np.all(np.abs(c.ramp.vel) <= c.ramp.v_max * 0.5 + 1e-9)
+
+
+def test_the_governor_never_slows_a_brake() -> None:
+    """A stop must not take longer because the link is slow: braking ignores the cap."""
+    a, b = controller(), controller()
+    for c in (a, b):
+        c.ramp.sync([0.0, 1.0])
+        run(c, ScaraJog(q1_rad_s=1.5, q2_rad_s=0.0), 30)
+    b.govern(0.1)
+    for c in (a, b):
+        run(c, Hold(), 1, mode=OutputMode.RAMP)
+    assert a.ramp.vel[0] == b.ramp.vel[0]

@@ -13,7 +13,7 @@ from robotics.kinematics.stewart import StewartPlatform
 from server.errors import ValidationError
 from server.runtime.controllers.stewart import StewartController
 from server.runtime.supervisor import OutputMode
-from server.runtime_api import Hold, StewartFollow, StewartPose
+from server.runtime_api.params import Hold, StewartFollow, StewartPose
 from tests.server.runtime.test_scara_controller import Ticker, run
 
 PLATFORM = StewartPlatform.symmetric()
@@ -145,3 +145,19 @@ def test_on_the_loop_a_leg_at_its_stroke_end_is_an_estop() -> None:
     t.tick(200)
     snap = t.loop.snapshot()
     assert snap["state"] == "estop" and snap["cause"]["rule"].endswith("_at_stroke_end")
+
+
+def test_the_governor_caps_the_pose_rate() -> None:
+    """Issue 20 §3: the platform's pose rate under the latency governor's cap (the ramp's axes are the pose's)."""
+    free, capped = controller(), controller()
+    capped.govern(0.25)
+    target = StewartPose(z_m=HOME_Z + 0.05)
+    peaks = []
+    for c in (free, capped):
+        peak = 0.0
+        for _ in range(100):
+            c.update(0.01, OutputMode.TRACK, target)
+            peak = max(peak, abs(float(c.ramp.vel[2])))  # z
+        peaks.append(peak)
+    v_z = float(capped.ramp.v_max[2])
+    assert math.isclose(peaks[1], 0.25 * v_z, rel_tol=1e-6) and peaks[0] > 0.5 * v_z, (peaks, v_z)

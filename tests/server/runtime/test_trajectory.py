@@ -12,7 +12,7 @@ from robotics.trajectory import MAX_POINTS, scara_demo
 from server.errors import ConflictError, NotFoundError, ValidationError
 from server.runtime.behaviours.trajectory import TrajectoryMethods
 from server.runtime.supervisor import Refused
-from server.runtime_api import Empty, ReportParams, TrajectoryRunParams, TrajectoryUploadParams
+from server.runtime_api.params import Empty, ReportParams, TrajectoryRunParams, TrajectoryUploadParams
 from tests.server.runtime.test_scara_controller import SCARA, Ticker
 from tests.server.runtime.test_stewart_controller import STEWART
 
@@ -194,7 +194,7 @@ def test_fail__platform_samples_out_of_the_stroke_and_the_rover_has_no_trajector
 
 
 def test_a_report_fits_one_runtime_frame_whatever_it_is_asked_for() -> None:
-    from server.protocol import dumps
+    from server.runtime_api.protocol import dumps
 
     t, m = started(STEWART)
     times = np.arange(0.0, 8.0, 0.01)

@@ -1,8 +1,11 @@
 // Acquisition settings: GET/PUT /api/acquisition (rate, channels). The server
-// validates; its 422 message is shown next to the form and nothing changes.
+// validates; its 422 message is shown next to the form and nothing changes. Changing them is
+// for admins (docs/security.md): for anyone else Apply is disabled and says so.
 
 import { setText } from "./format.js";
-import { apiFetch } from "./api.js";
+import { apiFetch, apiGet, describeError, mayAct, whoAmI } from "./api.js";
+
+const ADMIN_ONLY = "changing the acquisition needs an admin";
 
 export function createAcquisition({ panel, form, log }) {
   const rateEl = form.querySelector("#acq-rate");
@@ -47,17 +50,26 @@ export function createAcquisition({ panel, form, log }) {
     }
   }
 
+  let mayApply = true;
+  function renderApply(busy = false) {
+    apply.disabled = busy || !mayApply;
+    apply.title = mayApply ? "" : ADMIN_ONLY;
+  }
+  whoAmI().then((m) => {
+    mayApply = mayAct(m, "admin");
+    renderApply();
+    if (!mayApply) setText(status, ADMIN_ONLY);
+  });
+
   async function reload() {
-    try {
-      const r = await fetch("/api/acquisition", { cache: "no-store" });
-      const body = await r.json();
-      if (!r.ok) throw new Error(body?.error?.message || `HTTP ${r.status}`);
-      fill(body);
-      showError("");
-      setText(status, "");
-    } catch (err) {
-      setText(status, `could not load: ${err.message}`);
+    const res = await apiGet("/api/acquisition");
+    if (!res.ok) {
+      setText(status, `could not load: ${describeError(res.error)}`);
+      return;
     }
+    fill(res.data);
+    showError("");
+    setText(status, mayApply ? "" : ADMIN_ONLY);
   }
 
   form.addEventListener("submit", async (e) => {
@@ -66,7 +78,7 @@ export function createAcquisition({ panel, form, log }) {
     const raw = rateEl.value.trim();
     const rate = raw === "" ? null : Number(raw);
     const channels = [...chans.querySelectorAll("input[type=checkbox]:checked")].map((b) => b.value);
-    apply.disabled = true;
+    renderApply(true);
     setText(status, "applying…");
     // JSON with the CSRF token; a stale password check asks for the password (api.js)
     const res = await apiFetch("/api/acquisition", { method: "PUT", body: { rate_hz: rate, channels } });
@@ -75,15 +87,14 @@ export function createAcquisition({ panel, form, log }) {
       showError("");
       setText(status, `applied: ${res.data.rate_hz} Hz, ${res.data.channels.length} channel(s)`);
     } else if (res.status === 0) {
-      showError(`could not reach the server: ${res.error.message}`);
+      showError(describeError(res.error));
       setText(status, "");
     } else {
-      const err = res.error;
-      showError(err.message || `refused (HTTP ${res.status})`);
+      showError(describeError(res.error));
       setText(status, "not applied");
-      log.local({ trigger: "acquisition", message: `${err.code || res.status}: ${err.message || ""}`, kind: "error" });
+      log.local({ trigger: "acquisition", message: describeError(res.error), kind: "error" });
     }
-    apply.disabled = false;
+    renderApply();
   });
 
   // Space is the E-STOP everywhere, so Enter toggles a focused checkbox here.

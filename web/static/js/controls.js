@@ -1,12 +1,12 @@
 // Start / Stop / Reset (with an in-page confirmation dialog) and the E-STOP.
 //
-// E-STOP goes over the socket when it is up, and over HTTP (POST /api/estop) when
-// the socket is down or does not answer within ESTOP_WS_TIMEOUT_MS: it must work
-// whenever any path to the server does.
+// E-STOP goes over HTTP (POST /api/estop), the socket and the WebRTC data channel at once; the
+// runtime latches the first. The answer shown is the socket's, or HTTP's when the socket is down or
+// does not answer within ESTOP_WS_TIMEOUT_MS: it must work whenever any path to the server does.
 
 import { session } from "./session.js";
 import { formatCause, setText } from "./format.js";
-import { pageCsrfToken } from "./api.js";
+import { apiFetch } from "./api.js";
 
 const ESTOP_WS_TIMEOUT_MS = 500;
 
@@ -54,23 +54,16 @@ export function createControls({ root, dialog, estopButton, log, drive }) {
     drive.release("e-stop");
     estopButton.classList.add("flash");
     setTimeout(() => estopButton.classList.remove("flash"), 150);
+    // every path at once (the runtime latches the first): HTTP now, the socket (and the WebRTC data
+    // channel, session.js) beside it. urgent: no token fetch, no retry, no dialog, keepalive
+    // (docs/security.md: the e-stop needs no CSRF token; the page's goes along anyway)
+    const http = apiFetch("/api/estop", { body: { reason: `dashboard ${source}` }, urgent: true });
     let res = { ok: false };
     if (session.connected) res = await session.command("estop", { reason: `dashboard ${source}` }, ESTOP_WS_TIMEOUT_MS);
+    if (!res.ok) res = await http;
     if (!res.ok) {
-      try {
-        // the e-stop needs no CSRF token (docs/security.md); it goes along anyway, read without waiting
-        const r = await fetch("/api/estop", {
-          method: "POST",
-          headers: { "Content-Type": "application/json", "X-CSRF-Token": pageCsrfToken() },
-          body: JSON.stringify({ reason: `dashboard ${source}` }),
-          keepalive: true,
-        });
-        res = { ok: r.ok };
-      } catch (err) {
-        res = { ok: false, error: { code: "network", message: String(err) } };
-      }
+      refused("E-STOP", res.status ? res : { error: { code: "unreachable", message: "server unreachable; the robot stops by itself on link loss" } });
     }
-    if (!res.ok) refused("E-STOP", res.error ? res : { error: { code: "unreachable", message: "server unreachable; the robot stops by itself on link loss" } });
     return res;
   }
   estopButton.addEventListener("click", (e) => {

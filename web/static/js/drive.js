@@ -2,7 +2,9 @@
 //
 // Dead-man rules (docs/dashboard.md):
 // - speed goes out at a steady 20 Hz only while a control is *held*; on release, zero once;
-// - heartbeats go out at 10 Hz only while the robot runs and the page is visible and focused;
+// - heartbeats go out at 10 Hz only while the robot runs (or a start is in flight: on a slow link the
+//   start's answer takes a round trip, and the runtime's link timer runs from the start; issue 20) and the
+//   page is visible and focused;
 // - hidden, blurred, closing, disconnected: every held control is released, zero speed is
 //   sent once (if possible) and then nothing, so the server's link-loss stop takes over;
 // - a released control stays "stale" until the operator lets go of it (pointer up, key up,
@@ -52,6 +54,7 @@ export function createDrive({ root, onEstop }) {
   let robotState = null;
   let tick = 0;
   let moving = false;          // the last speed we sent was not zero
+  let zeroOnReconnect = false; // the link went while this page was driving: zero first on the next connection
   const recent = [];           // {at, linear, angular, input} of speeds this page sent lately
 
   // Inputs; x right, y forward, both in [-1, 1].
@@ -283,12 +286,16 @@ export function createDrive({ root, onEstop }) {
     tick += 1;
     pollGamepad();
     const input = currentInput();
+    if (!canDrive() && session.connected && presence.isActive() && session.startPending()) {
+      if (tick % HEARTBEAT_EVERY === 0) session.post("heartbeat");
+    }
     if (!canDrive()) {
       if (input) release("not ready to drive");
       showCommand(null);
       return;
     }
     if (hintEl.textContent) setText(hintEl, "");
+    if (zeroOnReconnect && sendSpeed({ linear: 0, angular: 0 })) zeroOnReconnect = false;  // before any heartbeat
     if (input) {
       sendSpeed(toCommand(input.x, input.y), input.source);
     } else if (moving) {
@@ -310,7 +317,9 @@ export function createDrive({ root, onEstop }) {
     if (pad.held) pad.stale = true;
     pad.held = false;
     drawKnob();
-    if (sendZero && session.connected && (moving || robotState === "running")) {
+    // zero only when this page's own last speed was not zero: a page that was not driving must not take over
+    // from whatever drives the robot (a mission, another operator's page), issue 23
+    if (sendZero && session.connected && moving) {
       sendSpeed({ linear: 0, angular: 0 });
     }
     moving = false;
@@ -327,6 +336,7 @@ export function createDrive({ root, onEstop }) {
   });
 
   session.on("disconnect", () => {
+    zeroOnReconnect = zeroOnReconnect || moving;  // this page's non-zero setpoint may still be in force
     release("disconnected");
     moving = false;
     explainRefusal();
@@ -336,8 +346,14 @@ export function createDrive({ root, onEstop }) {
     setLimits(robot);
     release("reconnected");
     robotState = state ? state.state : null;
-    // A fresh connection starts from zero: never keep a setpoint from before.
-    if (robotState === "running" && presence.isActive()) sendSpeed({ linear: 0, angular: 0 });
+    // A page that was driving when its link went starts its new connection from zero: its setpoint from before
+    // must not stay in force. A page that was not driving sends nothing (it must not end a mission or take
+    // over from another operator by opening or reconnecting).
+    if (zeroOnReconnect && robotState === "running" && presence.isActive()) {
+      if (sendSpeed({ linear: 0, angular: 0 })) zeroOnReconnect = false;
+    } else if (robotState !== "running") {
+      zeroOnReconnect = false;  // nothing runs: no setpoint of ours is in force
+    }
     moving = false;
   });
 

@@ -3,6 +3,7 @@
 
 import { session } from "./session.js";
 import { formatTime, formatValues } from "./format.js";
+import { apiGet, describeError } from "./api.js";
 
 const MAX_ENTRIES = 200;
 
@@ -70,14 +71,9 @@ export function createEventLog({ list, panel }) {
   }
 
   async function reload() {
-    try {
-      const r = await fetch("/api/events?limit=100", { cache: "no-store" });
-      if (!r.ok) throw new Error(`HTTP ${r.status}`);
-      const body = await r.json();
-      replaceAll(Array.isArray(body.events) ? body.events : []);
-    } catch (err) {
-      local({ trigger: "events", message: `could not load the event log: ${err.message}`, kind: "error" });
-    }
+    const res = await apiGet("/api/events?limit=100");
+    if (res.ok) replaceAll(Array.isArray(res.data && res.data.events) ? res.data.events : []);
+    else local({ trigger: "events", message: `could not load the event log: ${describeError(res.error)}`, kind: "error" });
   }
 
   /** An entry from this page (command refused, connection lost), timed on the server clock. */

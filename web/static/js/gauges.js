@@ -188,5 +188,10 @@ export function createGauges({ container, panel }) {
     }
   }
 
-  return { build, setState, get count() { return widgets.length; } };
+  /** The channels the gauges show (the dashboard subscribes to them: session.setSubscription). */
+  function channels() {
+    return widgets.map((w) => w.spec.name);
+  }
+
+  return { build, setState, channels, get count() { return widgets.length; } };
 }

@@ -53,8 +53,10 @@ export function createLease({ root, session }) {
   const btnLogout = el("button", { id: "lease-logout", class: "btn", type: "button" }, "Log out");
   account.append(accountText, " ", btnLogout);
   const external = el("p", { class: "banner banner-conn lease-external", "data-field": "external", role: "alert", hidden: "" });
+  // the server's users file was deleted, emptied or made invalid: it keeps its users, and says so here
+  const usersFile = el("p", { id: "users-file-banner", class: "banner banner-conn", "data-field": "users-file", role: "alert", hidden: "" });
   root.setAttribute("aria-labelledby", "lease-h");
-  root.replaceChildren(h, external, who, request, buttons, error, account);
+  root.replaceChildren(h, usersFile, external, who, request, buttons, error, account);
 
   let lease = null;
   let connected = false;
@@ -78,6 +80,11 @@ export function createLease({ root, session }) {
     accountText.textContent = !me ? "Not signed in." : local ? "" : `Signed in as ${me.user} (${me.role}).`;
     show(btnLogout, Boolean(me && !local));
     account.hidden = Boolean(local);
+    // the lease message is the newer word (sent on every change); GET /api/auth/me before the first one
+    const problem = (lease && lease.users_file_problem !== undefined ? lease.users_file_problem
+      : me && me.users_file_problem) || "";
+    usersFile.hidden = !problem;
+    usersFile.textContent = problem ? `Users file: ${problem}` : "";
     external.hidden = !(me && me.external);
     external.textContent = me && me.external
       ? `This session comes from outside the local network (${me.remote}). Check that this is you.` : "";
@@ -173,7 +180,8 @@ export function createLease({ root, session }) {
   function renderIfChanged() {
     const pending = lease && lease.request;
     const wins = winsIn(pending);
-    const key = JSON.stringify([connected, me && me.session, lease && lease.version, wins === null ? null : Math.ceil(wins)]);
+    const key = JSON.stringify([connected, me && me.session, lease && lease.version, lease && lease.users_file_problem,
+      wins === null ? null : Math.ceil(wins)]);
     if (key === renderedKey) return;
     renderedKey = key;
     render();

@@ -2,7 +2,9 @@
 // cookie), then go back where the user was heading (?next=, same-origin paths only).
 //
 // A second step appears only when the server answers otp_required (the password was
-// right and the user has a TOTP second factor).
+// right and the user has a TOTP second factor). The request goes through api.js like every other.
+
+import { apiFetch } from "./api.js";
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -37,28 +39,17 @@ async function submit(form) {
   }
   showError("");
   setBusy(form, true);
-  let resp;
-  let body = null;
-  try {
-    resp = await fetch("/api/auth/login", {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(otp ? { username, password, otp } : { username, password }),
-      credentials: "same-origin",
-      cache: "no-store",
-    });
-    body = await resp.json().catch(() => null);
-  } catch (err) {
-    setBusy(form, false);
-    showError(`The server cannot be reached (${err.message || err}).`);
-    return;
-  }
+  const res = await apiFetch("/api/auth/login", { body: otp ? { username, password, otp } : { username, password } });
   setBusy(form, false);
-  if (resp.ok) {
+  if (res.ok) {
     window.location.assign(safeNext(window.location.search));
     return;
   }
-  const error = (body && body.error) || {};
+  if (res.status === 0) {
+    showError(`The server cannot be reached (${res.error.message}).`);
+    return;
+  }
+  const error = res.error;
   if (error.code === "otp_required") {
     otpField.hidden = false;
     $("#login-otp").focus();
@@ -66,7 +57,7 @@ async function submit(form) {
     return;
   }
   if (error.code === "invalid_credentials") $("#login-password").select();
-  showError(error.message || `Login failed (HTTP ${resp.status}).`);
+  showError(error.message || `Login failed (HTTP ${res.status}).`);
 }
 
 const form = $("#login-form");

@@ -14,6 +14,7 @@ import { createControls } from "./controls.js";
 import { createConnection, createHealth, createStateBadge } from "./status.js";
 import { createEventLog } from "./events.js";
 import { createAcquisition } from "./acquisition.js";
+import { createLinkPanel } from "./link.js";
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -82,10 +83,31 @@ const badge = createStateBadge({ badge: $("#state-badge"), banner: $("#estop-ban
 const connection = createConnection({ el: $("#connection"), banner: $("#conn-banner") });
 const health = createHealth({ root: $("#health-panel") });
 const gauges = createGauges({ container: $("#gauges"), panel: $("#gauges-panel") });
-const plots = createPlots({ container: $("#plots"), panel: $("#plots-panel"), windowSelect: $("#plot-window") });
+const plots = createPlots({
+  container: $("#plots"), panel: $("#plots-panel"), windowSelect: $("#plot-window"), onChannels: () => subscribe(),
+});
 const acquisition = createAcquisition({ panel: $("#acquisition-panel"), form: $("#acq-form"), log });
-const panels = [badge, controls, drive, health, gauges, plots, log, acquisition];
+const linkPanel = createLinkPanel({ root: $("#link-panel"), badge: $("#governor-badge") });
+const panels = [badge, controls, drive, health, linkPanel, gauges, plots, log, acquisition];
 let video = null;
+
+// ---------------------------------------------------------------------- subscription (issue 20 §5)
+// The dashboard asks for what it shows: the gauges' and plots' channels, the channels a panel declares
+// (channels()), the robot's external ones (vision: the map's markers), every snapshot field (the status, link,
+// mission and map panels read them), at SUBSCRIBE_RATE_HZ, delta-encoded (docs/networks.md: 0.19 Mbit/s
+// instead of 1.1 without permessage-deflate). It re-subscribes when a plot's channels change.
+const SUBSCRIBE_RATE_HZ = 20;
+
+function subscribe() {
+  const names = new Set([...gauges.channels(), ...plots.channels()]);
+  for (const p of panels) if (p && typeof p.channels === "function") for (const n of p.channels()) names.add(n);
+  const r = session.robot || robot;
+  for (const src of Object.values(r.external || {})) {
+    for (const c of (src && src.channels) || []) if (c && c.name) names.add(c.name);
+  }
+  const rate = Number(r.telemetry_rate_hz) > 0 ? Math.min(SUBSCRIBE_RATE_HZ, r.telemetry_rate_hz) : SUBSCRIBE_RATE_HZ;
+  session.setSubscription({ channels: [...names].sort(), fields: "*", rate_hz: rate, encoding: "delta" });
+}
 
 let channelsKey = "";
 function buildFromRobot(r) {
@@ -93,10 +115,11 @@ function buildFromRobot(r) {
   if (key === channelsKey) return;
   channelsKey = key;
   gauges.build(r.channels);
-  plots.build(r.channels);
+  plots.build(r.channels, r.profile || r.name || null);
   acquisition.setLabels(r.channels);
   drive.setLimits(r);
   if (r.name) $("#robot-name").textContent = r.name;
+  subscribe();
 }
 buildFromRobot(robot);
 
@@ -142,6 +165,7 @@ session.on("telemetry", (snap) => {
 
 session.on("hello", ({ robot: r, state }) => {
   if (r) buildFromRobot(r);
+  subscribe();                          // its external channels may have changed (sent only if it did)
   latest = state;
   if (state) {
     drive.noteState(state.state);

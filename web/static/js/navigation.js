@@ -15,7 +15,7 @@
 // heading may be ~10° off: the compass carries an "UNCAL" marker and a dashed amber bezel,
 // and the warning stands above the heading form, so it is read before a turn is sent.
 
-import { apiFetch } from "./api.js";
+import { apiFetch, describeError, mayAct, whoAmI } from "./api.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const DEG = 180 / Math.PI;
@@ -153,6 +153,8 @@ function createMap(container, robot) {
   const fixSigma = el("circle", { r: 0.1, fill: "none", stroke: "#39ff14", "stroke-width": 0.015,
     "stroke-dasharray": "0.04 0.03" }, markerFix);
   const fixDot = el("path", { d: "M0 -0.07 L0.07 0 L0 0.07 L-0.07 0 Z", fill: "#39ff14" }, markerFix);
+  // other modules' drawings in world coordinates (the mission editor, mission.js), under the rover's marks
+  const overlay = el("g", { class: "map-overlay" }, g);
   const trail = el("polyline", { points: "", class: "trail" }, g);
   const truth = el("path", { d: "M0.18 0 L-0.12 0.1 L-0.12 -0.1 Z", class: "truth", visibility: "hidden" }, g);
   const est = el("path", { d: "M0.18 0 L-0.12 0.1 L-0.12 -0.1 Z", class: "estimate", visibility: "hidden" }, g);
@@ -168,6 +170,16 @@ function createMap(container, robot) {
     node.setAttribute("transform", `translate(${x.toFixed(3)} ${y.toFixed(3)}) rotate(${((yaw || 0) * DEG).toFixed(1)})`);
   };
   return {
+    svg,
+    overlay,
+    size_m: [w, h],
+    /** The world point (x east, y north, m) under a client (screen) point. */
+    toWorld(clientX, clientY) {
+      const m = g.getScreenCTM();
+      if (!m) return null;
+      const p = new DOMPoint(clientX, clientY).matrixTransform(m.inverse());
+      return { x: p.x, y: p.y };
+    },
     setVision(values, fix) {
       for (const [id, node] of markerNodes) {
         const seen = num(values[`marker_${id}_range_m`]) !== null;
@@ -269,7 +281,7 @@ function createGoToMarker(root, robot, say) {
 
 async function post(path, body) {
   const res = await apiFetch(path, { body });
-  if (!res.ok) throw new Error(res.status ? `${res.error.code}: ${res.error.message}` : res.error.message);
+  if (!res.ok) throw new Error(describeError(res.error));
   return res.data;
 }
 
@@ -284,6 +296,9 @@ export function createNavigation({ root, robot }) {
   mapBox.className = "nav-map-box";
   body.appendChild(mapBox);
   const map = createMap(mapBox, robot);
+  // the map for modules that draw on it (mission.js): found on the panel, or announced when it comes later
+  root.teleopMap = map;
+  root.dispatchEvent(new CustomEvent("nav-map-ready", { bubbles: true, detail: { map } }));
 
   const form = root.querySelector("#heading-form");
   const input = root.querySelector("#heading-input");
@@ -306,6 +321,12 @@ export function createNavigation({ root, robot }) {
     } catch (err) {
       say(err.message, true);
     }
+  });
+  // the calibration stores a setting: admins only (docs/security.md); for anyone else the button says so
+  whoAmI().then((m) => {
+    if (mayAct(m, "admin")) return;
+    calButton.disabled = true;
+    calButton.title = "the compass calibration needs an admin";
   });
   calButton.addEventListener("click", async () => {
     try {

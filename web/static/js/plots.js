@@ -5,6 +5,10 @@
 // frame, only when new samples arrived. The x scale follows the newest sample, so
 // old points scroll out; arrays are trimmed in batches, not per sample.
 //
+// Which channels are plotted: the robot's choice (plot=true or widget "plot"), or the operator's from the
+// "Choose channels" list (at most MAX_PLOTTED, kept in localStorage per robot profile, "Robot's default" goes
+// back); the dashboard subscribes to what is plotted, so a newly chosen channel's values start to arrive.
+//
 // The y axis spans the channels' own range (ChannelSpec min/max, the union over the
 // chart's channels) and widens only when a value leaves it: an autoscaled flat line
 // would make noise look like motion, and uPlot's range for a flat zero is 0-100.
@@ -18,6 +22,7 @@ const KEEP_S = 60;                  // longest selectable window
 // (bench/bench_dashboard.py).
 const MIN_REDRAW_MS = 66;
 const HEIGHT_PX = 150;
+const MAX_PLOTTED = 16;             // more lines than this make the charts unreadable and the page slow
 const PALETTE = ["#5aa9ff", "#3ecf6e", "#f3b619", "#ff7ac6", "#b18cff", "#4fd6d0", "#ff8a5b", "#c3e05a"];
 
 function axis() {
@@ -50,8 +55,14 @@ function clockLabel(t) {
   return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 
-export function createPlots({ container, panel, windowSelect }) {
+export function createPlots({ container, panel, windowSelect, onChannels = null }) {
+  const pickList = panel.querySelector("#plot-pick-list");
+  const pickNote = panel.querySelector("#plot-pick-note");
+  const pickReset = panel.querySelector("#plot-pick-reset");
+  let storageKey = null;            // where the operator's choice for this robot profile is kept
   let groups = [];
+  let specs = [];                   // the robot's channels (build); plotted: those with plot/widget "plot", or chosen
+  let chosen = null;                // setChannels(): the channels the user picked instead (null: the description's)
   let windowS = Number(windowSelect.value) || 30;
   let gap = false;
   let latestT = null;
@@ -68,11 +79,102 @@ export function createPlots({ container, panel, windowSelect }) {
     container.replaceChildren();
   }
 
-  function build(channels) {
+  /** The robot's channels; ``key``: its profile, under which the operator's choice is kept. */
+  function build(channels, key = null) {
+    specs = channels || [];
+    storageKey = key ? `teleop.plots.${key}` : null;
+    chosen = loadChoice();
+    rebuild();
+    fillPicker();
+  }
+
+  /** Plot these channels instead (names of the robot's channels; null: the description's choice); the
+   * dashboard re-subscribes (onChannels), so a newly plotted channel's values start to arrive. */
+  function setChannels(names) {
+    chosen = names ? new Set(names) : null;
+    rebuild();
+    syncPicker();
+    if (onChannels) onChannels(channelNames());
+  }
+
+  function loadChoice() {
+    if (!storageKey) return null;
+    try {
+      const saved = JSON.parse(localStorage.getItem(storageKey) || "null");
+      if (!Array.isArray(saved)) return null;
+      const known = new Set(specs.map((s) => s.name));
+      return new Set(saved.filter((n) => typeof n === "string" && known.has(n)).slice(0, MAX_PLOTTED));
+    } catch {
+      return null;                  // storage off or a bad value: the robot's choice
+    }
+  }
+
+  function saveChoice() {
+    if (!storageKey) return;
+    try {
+      if (chosen) localStorage.setItem(storageKey, JSON.stringify([...chosen]));
+      else localStorage.removeItem(storageKey);
+    } catch { /* storage off: the choice lasts as long as the page */ }
+  }
+
+  function plotted(spec) {
+    return chosen ? chosen.has(spec.name) : Boolean(spec.plot || spec.widget === "plot");
+  }
+
+  function fillPicker() {
+    if (!pickList) return;
+    pickList.replaceChildren(...specs.map((spec) => {
+      const li = document.createElement("li");
+      const label = document.createElement("label");
+      const box = document.createElement("input");
+      box.type = "checkbox";
+      box.value = spec.name;
+      box.checked = plotted(spec);
+      box.addEventListener("change", () => pick(box));
+      label.append(box, ` ${spec.label || spec.name}`);
+      label.title = spec.name;
+      li.append(label);
+      return li;
+    }));
+    setText(pickNote, "");
+  }
+
+  function syncPicker() {
+    if (!pickList) return;
+    for (const box of pickList.querySelectorAll("input[type=checkbox]")) {
+      box.checked = plotted(specs.find((s) => s.name === box.value) || {});
+    }
+  }
+
+  function pick(box) {
+    const names = [...pickList.querySelectorAll("input[type=checkbox]:checked")].map((b) => b.value);
+    if (names.length > MAX_PLOTTED) {
+      box.checked = false;
+      setText(pickNote, `At most ${MAX_PLOTTED} channels: uncheck one first.`);
+      return;
+    }
+    setText(pickNote, "");
+    setChannels(names);
+    saveChoice();
+  }
+
+  if (pickReset) {
+    pickReset.addEventListener("click", () => {
+      setChannels(null);
+      saveChoice();
+      setText(pickNote, "");
+    });
+  }
+
+  function channelNames() {
+    return groups.flatMap((g) => g.items.map((it) => it.spec.name));
+  }
+
+  function rebuild() {
     destroy();
     const byUnit = new Map();
-    for (const spec of channels || []) {
-      if (!(spec.plot || spec.widget === "plot")) continue;
+    for (const spec of specs) {
+      if (!plotted(spec)) continue;
       const d = displayOf(spec);
       if (!byUnit.has(d.unit)) byUnit.set(d.unit, []);
       byUnit.get(d.unit).push({ spec, d });
@@ -134,7 +236,7 @@ export function createPlots({ container, panel, windowSelect }) {
       u.root.setAttribute("role", "img");
       groups.push({ unit, items, data, u, dirty: true, box });
     }
-    panel.hidden = groups.length === 0;
+    panel.hidden = specs.length === 0;  // with channels, the panel stays: the operator may choose some
   }
 
   /** Append one snapshot's samples (call for every telemetry message). */
@@ -206,5 +308,5 @@ export function createPlots({ container, panel, windowSelect }) {
     }));
   }
 
-  return { build, push, setState, ranges, get count() { return groups.length; } };
+  return { build, push, setState, ranges, setChannels, channels: channelNames, get count() { return groups.length; } };
 }

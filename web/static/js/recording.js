@@ -7,10 +7,12 @@
 // (disk full), and counts the messages it dropped. In replay mode there is no
 // recorder: the list shows the replayed file's folder and Record is hidden.
 //
-// State-changing requests go through post() below, the one place that sends them
-// (the auth wiring swaps it for api.js's apiFetch, which adds the CSRF token).
+// Every request goes through api.js (the CSRF token under login, the password dialog that deleting
+// needs, one way to show a refusal). Deleting is for admins: for anyone else the button is not shown
+// (the server would answer 403 forbidden).
 
 import { setText } from "./format.js";
+import { apiFetch, apiGet, describeError, mayAct, whoAmI } from "./api.js";
 
 const STATUS_PERIOD_MS = 1000;
 const LIST_PERIOD_MS = 5000;
@@ -18,29 +20,10 @@ const LIST_PERIOD_MS = 5000;
 const EXTRA_COLUMNS = ["state", "setpoint.linear", "setpoint.angular", "command.linear", "command.angular",
   "link.age_s", "loop.jitter_p99_us"];
 
-/** A state-changing request: resolves {ok, status, data} or {ok: false, status, error}; never throws. */
-export async function post(path, { method = "POST", body = {} } = {}) {
-  try {
-    const r = await fetch(path, {
-      method,
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-      credentials: "same-origin",
-      cache: "no-store",
-    });
-    const data = await r.json().catch(() => null);
-    if (r.ok) return { ok: true, status: r.status, data };
-    return { ok: false, status: r.status, error: (data && data.error) || { code: `http_${r.status}`, message: r.statusText } };
-  } catch (err) {
-    return { ok: false, status: 0, error: { code: "network", message: String((err && err.message) || err) } };
-  }
-}
-
 async function getJson(path) {
-  const r = await fetch(path, { cache: "no-store", credentials: "same-origin" });
-  const data = await r.json().catch(() => null);
-  if (!r.ok) throw new Error((data && data.error && data.error.message) || `HTTP ${r.status}`);
-  return data;
+  const res = await apiGet(path);
+  if (!res.ok) throw new Error(describeError(res.error));
+  return res.data;
 }
 
 export function formatBytes(n) {
@@ -105,6 +88,9 @@ export function createRecording({ root, robot, session }) {
   let busy = false;
   let pendingDelete = null;
   let csvItem = null;
+  let mayRecord = true;         // operators and admins (docs/security.md); known once whoAmI answers
+  let mayDelete = true;         // admins
+  let listed = false;
 
   function showError(text) {
     errorEl.hidden = !text;
@@ -144,21 +130,18 @@ export function createRecording({ root, robot, session }) {
       indicator.hidden = true;
       setText(statusEl, `Not recording.${drops}`);
     }
-    stopBtn.disabled = busy || !recording;
-    startBtn.disabled = busy;
+    stopBtn.disabled = busy || !recording || !mayRecord;
+    startBtn.disabled = busy || !mayRecord;
+    startBtn.title = mayRecord ? "" : "recording needs an operator";
     startBtn.textContent = named ? "New recording" : "Record";
   }
 
   async function pollStatus() {
     // the list says whether there is a recorder at all (none in replay mode): no polling then
     if (document.visibilityState !== "visible" || !hasRecorder) return;
-    try {
-      const r = await fetch("/api/recordings/status", { cache: "no-store", credentials: "same-origin" });
-      if (!r.ok) return;
-      status = await r.json();
-    } catch {
-      return;
-    }
+    const res = await apiGet("/api/recordings/status");
+    if (!res.ok) return;
+    status = res.data;
     if (status && status.file !== lastFile) {
       lastFile = status.file;
       reloadList();
@@ -222,7 +205,7 @@ export function createRecording({ root, robot, session }) {
           actions.append(actionLink("report", `${fileUrl(it.file)}/report.html`, "run report: statistics, tracking, plots"));
         }
       }
-      if (!it.active && it.file !== replayFile) {
+      if (!it.active && it.file !== replayFile && mayDelete) {
         actions.append(actionButton("delete…", `delete ${it.file}`, () => askDelete(it), "rec-delete"));
       }
       tr.append(cell);
@@ -237,6 +220,7 @@ export function createRecording({ root, robot, session }) {
       replayFile = body.replay_file || null;
       status = body.status || null;
       hasRecorder = status !== null;
+      listed = true;
       renderList();
       renderStatus();
     } catch (err) {
@@ -250,9 +234,9 @@ export function createRecording({ root, robot, session }) {
     const name = nameEl.value.trim();
     busy = true;
     renderStatus();
-    const res = await post("/api/recordings/start", { body: name ? { name } : {} });
+    const res = await apiFetch("/api/recordings/start", { body: name ? { name } : {} });
     busy = false;
-    if (!res.ok) showError(`recording not started: ${res.error.message || res.error.code}`);
+    if (!res.ok) showError(`recording not started: ${describeError(res.error)}`);
     else showError("");
     await pollStatus();
     reloadList();
@@ -261,9 +245,9 @@ export function createRecording({ root, robot, session }) {
   stopBtn.addEventListener("click", async () => {
     busy = true;
     renderStatus();
-    const res = await post("/api/recordings/stop");
+    const res = await apiFetch("/api/recordings/stop");
     busy = false;
-    if (!res.ok) showError(`not stopped: ${res.error.message || res.error.code}`);
+    if (!res.ok) showError(`not stopped: ${describeError(res.error)}`);
     else showError("");
     await pollStatus();
     reloadList();
@@ -281,14 +265,14 @@ export function createRecording({ root, robot, session }) {
   delConfirm.addEventListener("click", async () => {
     if (!pendingDelete) return;
     delConfirm.disabled = true;
-    const res = await post(fileUrl(pendingDelete.file), { method: "DELETE" });
+    const res = await apiFetch(fileUrl(pendingDelete.file), { method: "DELETE" });
     delConfirm.disabled = false;
     if (res.ok) {
       delDialog.close("deleted");
       pendingDelete = null;
       reloadList();
     } else {
-      setText(delError, res.error.message || res.error.code);
+      setText(delError, describeError(res.error));
       delError.hidden = false;
     }
   });
@@ -353,6 +337,13 @@ export function createRecording({ root, robot, session }) {
     }
   });
 
+  whoAmI().then((m) => {
+    mayRecord = mayAct(m, "operator");
+    mayDelete = mayAct(m, "admin");
+    if (!listed) return;            // the first list renders both
+    renderList();
+    renderStatus();
+  });
   reloadList();
   setInterval(pollStatus, STATUS_PERIOD_MS);
   setInterval(() => { if (document.visibilityState === "visible") reloadList(); }, LIST_PERIOD_MS);

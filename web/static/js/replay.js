@@ -11,8 +11,9 @@
 // plots and the event log then start over at the new position instead of mixing two
 // stretches of the recording.
 
-import { formatDuration, post } from "./recording.js";
+import { formatDuration } from "./recording.js";
 import { setText } from "./format.js";
+import { apiFetch, apiGet, describeError } from "./api.js";
 
 const STATUS_PERIOD_MS = 1000;
 // every control that would command the robot; disabled after each render in replay mode
@@ -66,19 +67,17 @@ export function createReplay({ root, robot, session }) {
 
   async function poll() {
     if (document.visibilityState !== "visible") return;
-    try {
-      const r = await fetch("/api/replay", { cache: "no-store", credentials: "same-origin" });
-      if (r.ok) {
-        status = await r.json();
-        renderStatus();
-      }
-    } catch { /* the connection banner says it */ }
+    const res = await apiGet("/api/replay");
+    if (res.ok) {       // else the connection banner says it
+      status = res.data;
+      renderStatus();
+    }
   }
 
   async function control(name, body) {
-    const res = await post(`/api/replay/${name}`, { body });
+    const res = await apiFetch(`/api/replay/${name}`, { body });
     if (!res.ok) {
-      showError(`${name} refused: ${res.error.message || res.error.code}`);
+      showError(`${name} refused: ${describeError(res.error)}`);
       return false;
     }
     showError("");

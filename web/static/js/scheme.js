@@ -12,6 +12,8 @@
 // setState(null) greys the panel and keeps the last picture. The cost of each update is measured
 // (stats: bench/bench_arms_dashboard.py reads window.teleopScheme.stats).
 
+import { apiGet, describeError } from "./api.js";
+
 const fmt = (v) => String(Number(v.toFixed(3)));
 const DEG = 180 / Math.PI;
 
@@ -132,9 +134,9 @@ export function createScheme({ root, robot }) {
 
   async function load() {
     try {
-      const res = await fetch("/api/robot.svg");
-      if (!res.ok) throw new Error(`GET /api/robot.svg: ${res.status}`);
-      const doc = new DOMParser().parseFromString(await res.text(), "image/svg+xml");
+      const res = await apiGet("/api/robot.svg", { as: "text" });
+      if (!res.ok) throw new Error(`GET /api/robot.svg: ${describeError(res.error)}`);
+      const doc = new DOMParser().parseFromString(res.data, "image/svg+xml");
       if (doc.documentElement.nodeName !== "svg") throw new Error("not an SVG document");
       svg = document.importNode(doc.documentElement, true);
       svg.classList.add("scheme-svg");

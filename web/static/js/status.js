@@ -14,18 +14,30 @@ function fields(root) {
   return out;
 }
 
-/** Top-bar badge + e-stop banner. setState(snapshot | null). */
+/** Top-bar badge + e-stop banner. setState(snapshot | null). The badge is marked stale (class
+ *  `snapshot-stale`) while no snapshot has come for TELEMETRY_STALE_MS: the state it shows is the last one
+ *  known, not the robot's now (a frozen runtime kept showing "running"). */
 export function createStateBadge({ badge, banner }) {
   const f = fields(badge);
   const b = fields(banner);
+  let cause = "";
+  let shown = false;
+  function markStale() {
+    const ageMs = performance.now() - session.lastTelemetryMs;
+    const stale = shown && session.connected && ageMs > TELEMETRY_STALE_MS;
+    if (badge.classList.contains("snapshot-stale") !== stale) badge.classList.toggle("snapshot-stale", stale);
+    badge.title = stale ? `no new state for ${formatNumber(ageMs / 1000, 1)} s: this is the last one known` : cause;
+  }
+  setInterval(markStale, 250);
   return {
     setState(snap) {
       const s = snap ? snap.state : "unknown";
+      shown = snap !== null;
       setPrefixedClass(badge, "state-", s);
       setText(f.state, snap ? STATE_LABELS[s] || s : "no data");
-      const cause = snap && (s === "estop" || s === "fault") ? formatCause(snap.cause) : "";
+      cause = snap && (s === "estop" || s === "fault") ? formatCause(snap.cause) : "";
       setText(f.cause, cause);
-      badge.title = cause;
+      markStale();
       const show = snap !== null && (s === "estop" || s === "fault");
       if (banner.hidden === show) banner.hidden = !show;
       if (show) {

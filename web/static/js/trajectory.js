@@ -2,9 +2,12 @@
 // t_s,axis,… or JSON {"t_s": [...], axis: [...]}), run it (POST /api/trajectory), follow its progress
 // from the snapshot's `behavior`, then show the report: per moving axis the mean, RMS and max deviation
 // of achieved − commanded, the saturation, the plot (GET /api/trajectory/report.svg) and, for the arm,
-// the FAULHABER program of the motion (POST /api/program). Stop and E-STOP cancel a run.
+// the FAULHABER program of the motion (POST /api/program, saved as a file). Stop and E-STOP cancel a
+// run. Every request goes through api.js (the CSRF token under login; a CSV file is sent as text/csv,
+// which these two routes accept).
 
 import { formatNumber, setText } from "./format.js";
+import { apiFetch, apiGet, describeError, saveBlob } from "./api.js";
 
 const ACTIVE = new Set(["approach", "run", "settle"]);
 
@@ -27,6 +30,7 @@ export function createTrajectory({ root }) {
   let running = false;
   let shownFor = null;   // the run whose report is on screen
   let lastLabel = null;
+  let lastMotion = null;  // what the last run was sent: its program is for the same motion
 
   function say(text, kind = "") {
     setText(status, text);
@@ -36,45 +40,55 @@ export function createTrajectory({ root }) {
   select.addEventListener("change", () => { file.hidden = select.value !== ""; });
   file.hidden = select.value !== "";
 
-  async function post(url, body, contentType) {
-    const res = await fetch(url, { method: "POST", headers: { "content-type": contentType }, body });
-    let data = null;
-    try { data = await res.json(); } catch { /* not JSON */ }
-    return { ok: res.ok, data };
-  }
-
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     let res;
+    let motion;
     if (select.value) {
-      res = await post("/api/trajectory", JSON.stringify({ series: select.value }), "application/json");
+      motion = { name: select.value, series: select.value };
+      res = await apiFetch("/api/trajectory", { body: { series: select.value } });
     } else {
       const f = file.files && file.files[0];
       if (!f) { say("choose a CSV or JSON file first", "error"); return; }
       const text = await f.text();
-      const json = f.name.toLowerCase().endsWith(".json");
-      res = await post("/api/trajectory", json ? JSON.stringify({ trajectory: JSON.parse(text) }) : text,
-        json ? "application/json" : "text/csv");
+      const name = f.name.replace(/\.(csv|json)$/i, "");
+      if (f.name.toLowerCase().endsWith(".json")) {
+        let trajectory;
+        try { trajectory = JSON.parse(text); } catch (err) { say(`${f.name} is not JSON: ${err.message}`, "error"); return; }
+        motion = { name, columns: trajectory };
+        res = await apiFetch("/api/trajectory", { body: { trajectory } });
+      } else {
+        motion = { name, csv: text };
+        res = await apiFetch("/api/trajectory", { raw: text, contentType: "text/csv" });
+      }
     }
     if (res.ok) {
+      lastMotion = motion;
       say(`running ${res.data.trajectory.label} (${res.data.trajectory.points} points, ${formatNumber(res.data.trajectory.duration_s, 2)} s)`, "ok");
       reportBox.hidden = true;
       shownFor = null;
     } else {
-      const err = (res.data && res.data.error) || {};
-      say(`refused: ${err.message || "error"} (${err.code || "?"})`, "error");
+      say(`refused: ${describeError(res.error)}`, "error");
     }
   });
 
   cancel.addEventListener("click", async () => {
-    const res = await post("/api/trajectory/cancel", "{}", "application/json");
-    if (!res.ok) say(`cancel refused: ${(res.data && res.data.error && res.data.error.message) || "error"}`, "error");
+    const res = await apiFetch("/api/trajectory/cancel");
+    if (!res.ok) say(`cancel refused: ${describeError(res.error)}`, "error");
   });
 
   async function showReport() {
-    const res = await fetch("/api/trajectory/report");
+    // a snapshot older than the start (it came after the run's reply) shows no run while the server runs it: the
+    // next snapshot without one asks again, rather than asking for a report the server has not got yet (409)
+    const now = await apiGet("/api/trajectory");
+    const run = now.ok && now.data ? now.data.run : null;
+    if (!run || !run.outcome || ACTIVE.has(run.phase)) {
+      if (run) shownFor = null;
+      return;
+    }
+    const res = await apiGet("/api/trajectory/report");
     if (!res.ok) return;
-    const rep = await res.json();
+    const rep = res.data;
     const body = reportBox.querySelector("tbody");
     body.replaceChildren();
     for (const axis of rep.moving_axes.length ? rep.moving_axes : rep.axes) {
@@ -104,16 +118,14 @@ export function createTrajectory({ root }) {
   if (program) {
     program.addEventListener("click", async (e) => {
       e.preventDefault();
-      const series = select.value || "scara_demo";
-      const res = await fetch("/api/program", { method: "POST", headers: { "content-type": "application/json" },
-        body: JSON.stringify({ series, step_s: 0.5 }) });
-      if (!res.ok) { say("no program for this motion", "error"); return; }
-      const url = URL.createObjectURL(new Blob([await res.text()], { type: "text/plain" }));
-      const a = document.createElement("a");
-      a.href = url;
-      a.download = `faulhaber-${series}.txt`;
-      a.click();
-      setTimeout(() => URL.revokeObjectURL(url), 1000);
+      // the motion last run (a series, or the file's columns as JSON or its CSV), else the selected series
+      const m = lastMotion || { name: select.value || "scara_demo", series: select.value || "scara_demo" };
+      const request = m.csv !== undefined ? { raw: m.csv, contentType: "text/csv" }
+        : { body: m.series ? { series: m.series, step_s: 0.5 } : m.columns };
+      const res = await apiFetch("/api/program", { ...request, as: "blob" });
+      if (!res.ok) { say(`no program for this motion: ${describeError(res.error)}`, "error"); return; }
+      saveBlob(res.data, `faulhaber-${m.name}.txt`);
+      say(`program for ${m.name} saved`, "ok");
     });
   }
 

@@ -1,87 +1,65 @@
-// Video panel: camera frames from /ws/video into an <img>, one frame in flight.
+// Video panel: the robot's camera over the best transport this browser and this path allow.
 //
-// Wire format (docs/video.md): each binary message is a 4-byte big-endian header
-// length n, n bytes of JSON {type:"frame", seq, capture_t, width, height, ...}, then
-// the JPEG. The panel shows the JPEG through an object URL (revoked as soon as the
-// image has decoded) and only then acks it with {type:"ack", seq}: the server sends
-// the next frame after the ack, so a slow or hidden page gets fewer, fresh frames
-// instead of a backlog. A hidden tab holds its ack until it is visible again.
-// Text messages: {type:"status", data:{state, error, retries, next_retry_s, settings}}
-// and {type:"error", error:{code, message}}.
+// Transports, tried in this order in "auto" (docs/video.md):
+//   1. WebRTC (video/webrtc.js): H.264 or VP8 over UDP with the server's own rate control, and the
+//      command data channels (speed and heartbeats unordered, the e-stop reliable) attached to the session;
+//   2. H.264 over the websocket (video/h264.js): the same encoded stream on TCP, decoded with WebCodecs,
+//      where UDP is blocked; needs a secure context (https, or http on localhost);
+//   3. JPEG over the websocket (video/jpeg.js): one frame in flight, for LAN, scripts, old browsers.
+// The bar under the picture says which one runs and why (what failed before it), and lets the operator
+// force one (remembered in localStorage "teleop.video.transport").
 //
-// Latency shown = client time + clockOffset() − capture time, where clockOffset()
-// returns server − client in ms (the telemetry session measures it), so it is the
-// age of the picture when it reached the screen.
+// The age of the picture, capture → displayed, on the robot's clock (clockOffset() = robot − client, ms):
+// read from the capture-time strip in the picture itself when the camera draws one (the sim camera:
+// video/strip.js), else from the frame's capture stamp (JPEG and H.264 headers; WebRTC: the RTP
+// timestamp and the clock the server sends). Over 0.5 s the picture says DELAYED; with no new picture
+// for 1 s it greys out and says for how long ("frozen"), so no freeze goes unannounced.
 //
 // Marker overlays (docs/vision.md): while the vision pipeline runs (GET /api/vision), a "Markers"
 // switch (remembered in localStorage) opens /ws/vision and draws each result over the picture in an
-// SVG whose viewBox is the frame's pixels: the outline and id of every decoded marker, and its axes
-// (x red, y green, z blue, half a side long). Elements are reused and only their attributes change.
-// A result older than VISION_STALE_MS is hidden (the picture moved on; vision did not).
+// SVG whose viewBox is the frame's pixels. A result older than VISION_STALE_MS is hidden.
 //
 // API: const panel = createVideoPanel(container, { clockOffset: () => ms });
-//   panel.setState(null)     grey out (the dashboard lost the server); the panel's own
-//                            socket keeps reconnecting with backoff
-//   panel.setState({...})    connection back: reconnect now if the video socket is down
-//   panel.stats()            {frames, fps, latencyMs, seq, width, height, state, errors}
-//   panel.visionStats()      {available, on, connected, results, seq, markers: [ids drawn]}
-//   panel.close()            close the socket, revoke URLs, remove the DOM
+//   panel.setState(null | {...})   grey out / back: reconnect now if the video is down
+//   panel.stats()                  {transport, mode, why, frames, fps, latencyMs, ageSource, width, height, ...}
+//   panel.ages(from)               glass-to-glass ages (ms) recorded since index `from` (bench, tests)
+//   panel.setTransport(mode)       "auto" | "webrtc" | "h264" | "jpeg"
+//   panel.transportStats()         the running transport's own figures (WebRTC getStats, rate control)
+//   panel.visionStats(), panel.close()
+
+import { apiGet } from "./api.js";
+import { Backoff } from "./reconnect.js";
+import { session } from "./session.js";
+import { readStrip, unwrapMs } from "./video/strip.js";
+import { startWebRtc } from "./video/webrtc.js";
+import { h264Available, startH264 } from "./video/h264.js";
+import { startJpeg, parseFrame } from "./video/jpeg.js";
+
+export { parseFrame };
 
 const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 8000;
-const STALE_AFTER_MS = 2000;   // no frame for this long while the camera is "ok": grey out
-const OVERLAY_EVERY_MS = 250;  // overlay text refresh (readable, and cheap)
+const FROZEN_AFTER_MS = 1000;  // no new picture for this long: grey out, say so
+const DELAYED_AFTER_MS = 500;  // a picture older than this: "DELAYED n ms"
+const OVERLAY_EVERY_MS = 250;
 const FPS_WINDOW_MS = 2000;
-const VISION_STALE_MS = 1000;  // hide the overlay of a result older than this
+const AGES_KEPT = 20000;
+const VISION_STALE_MS = 1000;
 const VISION_KEY = "teleop.video.markers";
+const MODE_KEY = "teleop.video.transport";
+const MODES = ["auto", "webrtc", "h264", "jpeg"];
+const LABEL = { webrtc: "WebRTC", h264: "H.264/websocket", jpeg: "JPEG/websocket" };
 const SVGNS = "http://www.w3.org/2000/svg";
-
-const STYLE_ID = "video-panel-style";
-const STYLE = `
-.vp { margin: 0; position: relative; }
-.vp-frame { position: relative; background: #000; border-radius: 6px; overflow: hidden;
-  aspect-ratio: var(--vp-aspect, 4 / 3); }
-.vp-img { display: block; width: 100%; height: 100%; object-fit: contain; }
-.vp-overlay { position: absolute; top: 6px; right: 6px; display: flex; gap: 8px; padding: 2px 8px;
-  border-radius: 4px; background: rgba(0, 0, 0, .6); color: #fff; font: 600 .8rem/1.5 ui-monospace, monospace;
-  font-variant-numeric: tabular-nums; pointer-events: none; }
-.vp-status { position: absolute; left: 0; right: 0; bottom: 0; margin: 0; padding: 6px 10px;
-  background: rgba(0, 0, 0, .75); color: #fff; font-size: .85rem; }
-.vp-status[hidden] { display: none; }
-.vp.vp-stale .vp-img, .vp.vp-disconnected .vp-img { filter: grayscale(1) brightness(.45); }
-.vp.vp-disconnected .vp-overlay, .vp.vp-stale .vp-overlay { opacity: .6; }
-.vp.vp-state-retrying .vp-status, .vp.vp-stale .vp-status { color: #f3b619; }
-.vp.vp-state-failed .vp-status, .vp.vp-disconnected .vp-status { color: #ffb3ae; }
-.vp-vision { position: absolute; inset: 0; width: 100%; height: 100%; pointer-events: none; }
-.vp-vision[hidden] { display: none; }
-.vp-vision .vp-marker polygon { fill: rgba(57, 255, 20, .12); stroke: #39ff14; }
-.vp-vision .vp-marker.vp-unknown polygon { fill: none; stroke: #f3b619; stroke-dasharray: 4 3; }
-.vp-vision .vp-marker text { fill: #39ff14; font: 700 16px ui-monospace, monospace; paint-order: stroke;
-  stroke: #000; stroke-width: 3px; }
-.vp-vision .vp-marker.vp-unknown text { fill: #f3b619; }
-.vp-vision .ax-x { stroke: #ff4040; } .vp-vision .ax-y { stroke: #40ff40; } .vp-vision .ax-z { stroke: #4090ff; }
-.vp-switch { position: absolute; top: 6px; left: 6px; padding: 2px 8px; border-radius: 4px; border: 0;
-  background: rgba(0, 0, 0, .6); color: #fff; font: 600 .8rem/1.5 system-ui, sans-serif; cursor: pointer; }
-.vp-switch[hidden] { display: none; }
-.vp-switch[aria-pressed="true"] { background: rgba(20, 110, 20, .8); }
-`;
-
-function ensureStyle() {
-  if (typeof document === "undefined" || document.getElementById(STYLE_ID)) return;
-  const el = document.createElement("style");
-  el.id = STYLE_ID;
-  el.textContent = STYLE;
-  document.head.appendChild(el);
-}
+const RTP_PERIOD_MS = 2 ** 32 / 90;
 
 function nowMs() {
   return performance.timeOrigin + performance.now();
 }
 
-function defaultUrl() {
-  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  return `${scheme}//${location.host}/ws/video`;
+function jpegUrl() {
+  return `${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/ws/video`;
 }
+
 
 function svgEl(tag, attrs = {}, parent = null) {
   const e = document.createElementNS(SVGNS, tag);
@@ -114,8 +92,7 @@ function createVisionOverlay(frame, { strokePx = 2 } = {}) {
   let on = localStorage.getItem(VISION_KEY) !== "off";
   let available = false;
   let ws = null;
-  let attempt = 0;
-  let retryTimer = null;
+  const retry = new Backoff({ minMs: BACKOFF_MIN_MS, maxMs: BACKOFF_MAX_MS, jitter: 0.25 });
   let closed = false;
   let shownAt = 0;
   const st = { results: 0, seq: 0, markers: [], connected: false };
@@ -167,8 +144,7 @@ function createVisionOverlay(frame, { strokePx = 2 } = {}) {
   }
 
   function disconnect() {
-    clearTimeout(retryTimer);
-    retryTimer = null;
+    retry.cancel();
     if (ws) {
       const sock = ws;
       ws = null;
@@ -183,7 +159,7 @@ function createVisionOverlay(frame, { strokePx = 2 } = {}) {
     const sock = new WebSocket(visionUrl());
     ws = sock;
     sock.onopen = () => {
-      attempt = 0;
+      retry.reset();
       st.connected = true;
     };
     sock.onmessage = (ev) => {
@@ -201,9 +177,7 @@ function createVisionOverlay(frame, { strokePx = 2 } = {}) {
       st.connected = false;
       svg.hidden = true;
       if (closed || !on) return;
-      attempt += 1;
-      const base = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** (attempt - 1));
-      retryTimer = setTimeout(() => { retryTimer = null; probe(); }, base * (0.75 + Math.random() * 0.5));
+      retry.schedule(probe);
     };
   }
 
@@ -215,8 +189,8 @@ function createVisionOverlay(frame, { strokePx = 2 } = {}) {
   async function probe() {
     // the pipeline may be off (or not yet running): ask before opening its socket
     try {
-      const r = await fetch("/api/vision", { credentials: "same-origin", cache: "no-store" });
-      const body = r.ok ? await r.json() : null;
+      const res = await apiGet("/api/vision");
+      const body = res.ok ? res.data : null;
       available = !!(body && body.enabled && !body.reason);
     } catch {
       available = false;
@@ -240,7 +214,7 @@ function createVisionOverlay(frame, { strokePx = 2 } = {}) {
   probe();
   return {
     reconnect() {
-      if (!ws && on && !retryTimer) probe();
+      if (!ws && on && !retry.pending) probe();
     },
     stats() {
       return { available, on, ...st, visible: !svg.hidden };
@@ -264,82 +238,228 @@ function setText(node, text) {
   if (node.textContent !== text) node.textContent = text;
 }
 
-const decoder = new TextDecoder();
-
-/** Split one binary message into its JSON header and the JPEG bytes. */
-export function parseFrame(buffer) {
-  const view = new DataView(buffer);
-  const n = view.getUint32(0, false);
-  const header = JSON.parse(decoder.decode(new Uint8Array(buffer, 4, n)));
-  return { header, jpeg: new Uint8Array(buffer, 4 + n) };
-}
-
 export function createVideoPanel(container, { clockOffset = () => 0, url = null } = {}) {
-  ensureStyle();
   const root = el("figure", "vp vp-disconnected", { "aria-label": "Robot camera" });
   const frame = el("div", "vp-frame");
-  const img = el("img", "vp-img", { alt: "Robot camera (live)", decoding: "async" });
+  const video = el("video", "vp-media vp-webrtc", { muted: "", playsinline: "", autoplay: "" });
+  video.muted = true;
+  const canvas = el("canvas", "vp-media vp-h264", { "aria-label": "Robot camera (live, H.264)" });
+  const img = el("img", "vp-img vp-media vp-jpeg", { alt: "Robot camera (live)", decoding: "async" });
   const overlay = el("div", "vp-overlay", { "aria-hidden": "true" });
+  const transportEl = el("span", "vp-transport");
   const fpsEl = el("span", "vp-fps");
-  const latEl = el("span", "vp-lat");
+  const latEl = el("span", "vp-lat", { title: "capture to screen, on the robot's clock" });
   const sizeEl = el("span", "vp-size");
+  const delayedEl = el("span", "vp-delayed", { role: "status" });
+  delayedEl.hidden = true;
   const statusEl = el("p", "vp-status", { role: "status", "aria-live": "polite" });
-  overlay.append(fpsEl, latEl, sizeEl);
-  frame.append(img, overlay, statusEl);
-  root.append(frame);
+  overlay.append(transportEl, fpsEl, latEl, sizeEl);
+  frame.append(video, canvas, img, overlay, delayedEl, statusEl);
+  const bar = el("div", "vp-bar");
+  const select = el("select", "vp-mode", { "aria-label": "Video transport" });
+  for (const m of MODES) {
+    const o = el("option", "", { value: m });
+    o.textContent = m === "auto" ? "Auto" : LABEL[m];
+    select.appendChild(o);
+  }
+  const whyEl = el("span", "vp-why");
+  bar.append(select, whyEl);
+  root.append(frame, bar);
   container.appendChild(root);
   const vision = createVisionOverlay(frame);
   setText(fpsEl, "– fps");
   setText(latEl, "– ms");
 
-  const wsUrl = url || defaultUrl();
-  let ws = null;
+  let mode = MODES.includes(localStorage.getItem(MODE_KEY)) ? localStorage.getItem(MODE_KEY) : "auto";
+  select.value = mode;
+  let transport = null;        // {kind, handle}
+  let why = "";                // why this transport (what failed before it)
+  const failures = [];         // this round's failed transports and why
   let closed = false;
-  let attempt = 0;
-  let retryTimer = null;
-  let dashboardUp = true;       // false after setState(null)
-  let socketUp = false;
-  let camera = null;            // last status data from the server
-  let cameraAt = 0;             // when it arrived (ms), for the retry countdown
-  let decoding = false;
-  let shownUrl = null;          // object URL being decoded/shown (revoked on load)
-  let heldAck = null;           // seq to ack once the tab is visible again
+  let dashboardUp = true;
+  let camera = null;
+  let cameraAt = 0;
+  let message = "";
   let lastFrameAt = 0;
   let lastOverlayAt = 0;
-  let message = "";
-  const times = [];             // display times (ms) in the fps window
-  const s = { frames: 0, fps: 0, latencyMs: null, seq: 0, width: 0, height: 0, errors: 0 };
+  let rate = null;
+  const retry = new Backoff({ minMs: BACKOFF_MIN_MS, maxMs: BACKOFF_MAX_MS, jitter: 0.25 });
+  const times = [];
+  const ages = [];
+  let agesBase = 0;
+  const s = { frames: 0, fps: 0, latencyMs: null, ageSource: null, seq: 0, width: 0, height: 0, errors: 0,
+    freezes: 0, maxGapMs: 0, delayedShown: 0 };
 
-  // ------------------------------------------------------------------ status line and classes
+  // ------------------------------------------------------------------ transports
+
+  function stopTransport() {
+    if (transport) transport.handle.close();
+    transport = null;
+    root.classList.remove("vp-t-webrtc", "vp-t-h264", "vp-t-jpeg");
+  }
+
+  function use(kind, handle, reason) {
+    transport = { kind, handle };
+    why = reason;
+    for (const k of ["webrtc", "h264", "jpeg"]) root.classList.toggle(`vp-t-${k}`, k === kind);
+    setText(transportEl, LABEL[kind]);
+    setText(whyEl, `${LABEL[kind]}${reason ? ` — ${reason}` : ""}`);
+    whyEl.title = whyEl.textContent;
+    render();
+  }
+
+  function failed(kind, reason) {
+    if (closed) return;
+    failures.push(`${LABEL[kind]}: ${reason}`);
+    stopTransport();
+    if (mode === "auto") {
+      const order = ["webrtc", "h264", "jpeg"];
+      next(order[order.indexOf(kind) + 1] || "jpeg");
+    } else {
+      message = `${LABEL[kind]} failed: ${reason}; retrying`;
+      render();
+      retry.schedule(() => start());
+    }
+  }
+
+  async function next(kind) {
+    if (closed || !dashboardUp) return;
+    const reason = failures.join("; ") || (mode === "auto" ? "the best transport here" : "chosen by the operator");
+    if (kind === "webrtc") {
+      if (typeof RTCPeerConnection === "undefined") { failed("webrtc", "this browser has no WebRTC"); return; }
+      use("webrtc", startWebRtc({ video, session, onFrame: shown, onRate: (d) => { rate = d.rate; },
+        onFail: (r) => failed("webrtc", r), onState: () => render() }), reason);
+    } else if (kind === "h264") {
+      const ok = await h264Available();
+      if (closed) return;
+      if (!ok.ok) { failed("h264", ok.why); return; }
+      use("h264", startH264({ canvas, onFrame: shown, onText, onFail: (r) => failed("h264", r) }), reason);
+    } else {
+      use("jpeg", startJpeg({ img, url: url || jpegUrl(), onFrame: shown, onText, onClose: () => {
+        stopTransport();
+        camera = null;
+        render();
+        retry.schedule(() => start());
+      } }), reason);
+    }
+  }
+
+  function start() {
+    stopTransport();
+    failures.length = 0;
+    message = "";
+    next(mode === "auto" ? "webrtc" : mode);
+  }
+
+  select.addEventListener("change", () => {
+    mode = select.value;
+    localStorage.setItem(MODE_KEY, mode);
+    retry.reset();
+    start();
+  });
+
+  // ------------------------------------------------------------------ frames
+
+  function shown(f) {
+    const t = nowMs();
+    const robotNow = f.displayMs + (Number(clockOffset()) || 0);
+    let age = null;
+    let src = null;
+    const strip = readStrip(f.source, f.width || f.source.videoWidth || f.source.naturalWidth,
+      f.height || f.source.videoHeight || f.source.naturalHeight);
+    if (strip !== null) {
+      age = robotNow - unwrapMs(strip, robotNow);
+      src = "strip";
+    } else if (Number.isFinite(f.captureMs)) {
+      age = robotNow - f.captureMs;
+      src = "stamp";
+    } else if (Number.isFinite(f.captureMsMod)) {
+      let base = robotNow - (((robotNow - f.captureMsMod) % RTP_PERIOD_MS) + RTP_PERIOD_MS) % RTP_PERIOD_MS;
+      if (robotNow - base > RTP_PERIOD_MS / 2) base += RTP_PERIOD_MS;
+      age = robotNow - base;
+      src = "rtp";
+    }
+    if (lastFrameAt) {
+      const gap = t - lastFrameAt;
+      if (gap > s.maxGapMs) s.maxGapMs = gap;
+      if (gap > FROZEN_AFTER_MS) s.freezes += 1;
+    }
+    s.frames += 1;
+    if (f.header) s.seq = f.header.seq;
+    s.latencyMs = age;
+    s.ageSource = src;
+    if (age !== null) {
+      ages.push(age);
+      if (ages.length > AGES_KEPT) { ages.shift(); agesBase += 1; }
+    }
+    const w = f.width || 0;
+    const h = f.height || 0;
+    if (w && (w !== s.width || h !== s.height)) {
+      s.width = w;
+      s.height = h;
+      frame.style.setProperty("--vp-aspect", `${w} / ${h}`);
+    }
+    times.push(t);
+    while (times.length && t - times[0] > FPS_WINDOW_MS) times.shift();
+    s.fps = times.length > 1 ? ((times.length - 1) * 1000) / (times[times.length - 1] - times[0]) : 0;
+    const wasFrozen = root.classList.contains("vp-stale");
+    lastFrameAt = t;
+    message = "";
+    const delayed = age !== null && age > DELAYED_AFTER_MS;
+    if (delayed !== !delayedEl.hidden) {
+      delayedEl.hidden = !delayed;
+      if (delayed) s.delayedShown += 1;
+    }
+    if (delayed) setText(delayedEl, `DELAYED ${Math.round(age)} ms`);
+    renderOverlay(false);
+    if (wasFrozen) render();
+  }
+
+  function onText(msg) {
+    if (msg.type === "status" && msg.data) {
+      camera = msg.data;
+      cameraAt = nowMs();
+      message = "";
+      render();
+    } else if (msg.type === "rate" && msg.data) {
+      rate = msg.data;
+    } else if (msg.type === "error" && msg.error) {
+      s.errors += 1;
+      message = `Video error: ${msg.error.message || msg.error.code}`;
+      render();
+    } else if (msg.type === "open") {
+      retry.reset();
+      render();
+    }
+  }
+
+  // ------------------------------------------------------------------ status line, overlay, classes
 
   function statusText() {
     if (!dashboardUp) return "Disconnected from the robot";
-    if (!socketUp) return attempt ? `Video reconnecting (attempt ${attempt})…` : "Video connecting…";
+    if (!transport) return retry.pending ? `Video reconnecting (attempt ${retry.attempt})…` : "Video connecting…";
     if (message) return message;
-    if (!camera) return "Waiting for video…";
-    const err = camera.error ? `: ${camera.error}` : "";
-    switch (camera.state) {
-      case "ok":
-        return lastFrameAt && nowMs() - lastFrameAt > STALE_AFTER_MS
-          ? `No video for ${((nowMs() - lastFrameAt) / 1000).toFixed(0)} s` : "";
-      case "retrying":
+    const frozenMs = lastFrameAt ? nowMs() - lastFrameAt : 0;
+    if (camera && camera.state !== "ok") {
+      const err = camera.error ? `: ${camera.error}` : "";
+      if (camera.state === "retrying") {
         if (!camera.retries) return "Camera starting…";
         if (camera.next_retry_s == null) return `Camera unavailable, retry ${camera.retries}${err}`;
         return `Camera unavailable, retry ${camera.retries} in ` +
           `${Math.max(0, camera.next_retry_s - (nowMs() - cameraAt) / 1000).toFixed(1)} s${err}`;
-      case "failed":
-        return `Camera failed${err}`;
-      case "stopped":
-        return `Video stopped${err}`;
-      default:
-        return `Camera ${camera.state}${err}`;
+      }
+      return camera.state === "failed" ? `Camera failed${err}` : camera.state === "stopped" ? `Video stopped${err}`
+        : `Camera ${camera.state}${err}`;
     }
+    if (frozenMs > FROZEN_AFTER_MS) return `No new picture for ${(frozenMs / 1000).toFixed(1)} s (frozen)`;
+    if (!lastFrameAt) return `Waiting for video (${LABEL[transport.kind]})…`;
+    return "";
   }
 
   function render() {
-    const stale = socketUp && dashboardUp && (
-      (camera && camera.state !== "ok") || (lastFrameAt > 0 && nowMs() - lastFrameAt > STALE_AFTER_MS));
-    root.classList.toggle("vp-disconnected", !dashboardUp || !socketUp);
+    const frozen = lastFrameAt > 0 && nowMs() - lastFrameAt > FROZEN_AFTER_MS;
+    const stale = dashboardUp && !!transport && ((camera && camera.state !== "ok") || frozen);
+    root.classList.toggle("vp-disconnected", !dashboardUp || !transport);
     root.classList.toggle("vp-stale", !!stale);
     for (const st of ["ok", "retrying", "failed", "stopped"]) {
       root.classList.toggle(`vp-state-${st}`, !!camera && camera.state === st);
@@ -355,175 +475,49 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
     lastOverlayAt = t;
     setText(fpsEl, `${s.fps.toFixed(1)} fps`);
     setText(latEl, s.latencyMs == null ? "– ms" : `${Math.max(0, s.latencyMs).toFixed(0)} ms`);
-    setText(sizeEl, s.width ? `${s.width}×${s.height}` : "");
-    latEl.title = "capture to screen, including decode";
-  }
-
-  // ------------------------------------------------------------------ frames
-
-  function ack(seq) {
-    if (document.hidden) {
-      heldAck = seq; // no credit back while nobody watches: the server stops sending
-      return;
-    }
-    if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "ack", seq }));
-  }
-
-  function revokeShown() {
-    if (shownUrl) URL.revokeObjectURL(shownUrl);
-    shownUrl = null;
-  }
-
-  function onFrame(buffer) {
-    let header;
-    let jpeg;
-    try {
-      ({ header, jpeg } = parseFrame(buffer));
-    } catch (err) {
-      s.errors += 1;
-      message = "Bad video frame from the server";
-      render();
-      return;
-    }
-    if (decoding) revokeShown(); // should not happen with one credit; never leak a URL anyway
-    decoding = true;
-    const objectUrl = URL.createObjectURL(new Blob([jpeg], { type: "image/jpeg" }));
-    shownUrl = objectUrl;
-    img.src = objectUrl;
-    const done = (ok) => {
-      if (shownUrl === objectUrl) revokeShown(); // the decoded picture stays on screen
-      decoding = false;
-      if (closed) return;
-      if (ok) shown(header);
-      else s.errors += 1;
-      ack(header.seq); // a frame that failed to decode must not stall the stream
-    };
-    img.decode().then(() => done(true), () => done(false));
-  }
-
-  function shown(header) {
-    const t = nowMs();
-    const offset = Number(clockOffset()) || 0;
-    s.frames += 1;
-    s.seq = header.seq;
-    s.latencyMs = t + offset - header.capture_t * 1000;
-    if (header.width !== s.width || header.height !== s.height) {
-      s.width = header.width;
-      s.height = header.height;
-      frame.style.setProperty("--vp-aspect", `${header.width} / ${header.height}`);
-    }
-    times.push(t);
-    while (times.length && t - times[0] > FPS_WINDOW_MS) times.shift();
-    s.fps = times.length > 1 ? ((times.length - 1) * 1000) / (times[times.length - 1] - times[0]) : 0;
-    const wasStale = lastFrameAt && t - lastFrameAt > STALE_AFTER_MS;
-    lastFrameAt = t;
-    message = "";
-    renderOverlay(false);
-    if (wasStale || root.classList.contains("vp-stale")) render();
-  }
-
-  // ------------------------------------------------------------------ socket
-
-  function onText(data) {
-    let msg;
-    try {
-      msg = JSON.parse(data);
-    } catch {
-      return;
-    }
-    if (msg.type === "status" && msg.data) {
-      camera = msg.data;
-      cameraAt = nowMs();
-      if (camera.state !== "ok") {
-        times.length = 0;
-        s.fps = 0;
-        s.latencyMs = null;
-        renderOverlay(true);
-      }
-      message = "";
-      render();
-    } else if (msg.type === "error" && msg.error) {
-      s.errors += 1;
-      message = `Video error: ${msg.error.message || msg.error.code}`;
-      render();
-    }
-  }
-
-  function connect() {
-    if (closed || ws) return;
-    clearTimeout(retryTimer);
-    retryTimer = null;
-    const sock = new WebSocket(wsUrl);
-    sock.binaryType = "arraybuffer";
-    ws = sock;
-    sock.onopen = () => {
-      attempt = 0;
-      socketUp = true;
-      render();
-    };
-    sock.onmessage = (ev) => {
-      if (typeof ev.data === "string") onText(ev.data);
-      else onFrame(ev.data);
-    };
-    sock.onclose = () => {
-      if (ws !== sock) return;
-      ws = null;
-      socketUp = false;
-      camera = null;
-      decoding = false;
-      heldAck = null;
-      if (closed) return;
-      attempt += 1;
-      const base = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** (attempt - 1));
-      retryTimer = setTimeout(connect, base * (0.75 + Math.random() * 0.5));
-      render();
-    };
-    render();
-  }
-
-  function onVisibility() {
-    if (!document.hidden && heldAck != null) {
-      const seq = heldAck;
-      heldAck = null;
-      ack(seq);
-    }
+    const tier = rate && (rate.tier || (rate.rate && rate.rate.tier));
+    setText(sizeEl, s.width ? `${s.width}×${s.height}${tier ? ` · ${tier}` : ""}` : "");
   }
 
   const ticker = setInterval(() => {
-    if (lastFrameAt && nowMs() - lastFrameAt > STALE_AFTER_MS) {
-      if (s.fps !== 0) {
-        s.fps = 0;
-        times.length = 0;
-        renderOverlay(true);
-      }
-      render();
-    } else if (camera && camera.state === "retrying") {
-      render(); // the countdown
+    if (lastFrameAt && nowMs() - lastFrameAt > FROZEN_AFTER_MS && s.fps !== 0) {
+      s.fps = 0;
+      times.length = 0;
+      renderOverlay(true);
     }
-  }, 500);
+    render();
+  }, 250);
 
-  document.addEventListener("visibilitychange", onVisibility);
-  connect();
+  start();
   render();
-
-  return {
+  const panel = {
     element: root,
     setState(partial) {
       if (closed) return;
       if (partial == null) {
         dashboardUp = false;
       } else {
+        const wasDown = !dashboardUp;
         dashboardUp = true;
-        if (!ws) {
-          attempt = 0;
-          connect();
-        }
+        if (!transport || wasDown) { retry.reset(); start(); }
         vision.reconnect();
       }
       render();
     },
     stats() {
-      return { ...s, state: camera ? camera.state : null, connected: socketUp };
+      return { ...s, transport: transport ? transport.kind : null, mode, why, failures: [...failures],
+        state: camera ? camera.state : null, connected: !!transport, rate };
+    },
+    ages(from = 0) {
+      return { next: agesBase + ages.length, ages: ages.slice(Math.max(0, from - agesBase)) };
+    },
+    async transportStats() {
+      return transport ? { kind: transport.kind, ...(await transport.handle.stats()) } : null;
+    },
+    setTransport(m) {
+      if (!MODES.includes(m)) throw new Error(`transport must be one of ${MODES.join(", ")}`);
+      select.value = m;
+      select.dispatchEvent(new Event("change"));
     },
     visionStats() {
       return vision.stats();
@@ -531,14 +525,13 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
     close() {
       closed = true;
       clearInterval(ticker);
-      clearTimeout(retryTimer);
-      document.removeEventListener("visibilitychange", onVisibility);
+      retry.cancel();
       vision.close();
-      if (ws) ws.close(1000, "panel closed");
-      ws = null;
-      revokeShown();
+      stopTransport();
       img.removeAttribute("src");
       root.remove();
     },
   };
+  window.teleopVideo = panel;  // tests and the bench read the figures here
+  return panel;
 }

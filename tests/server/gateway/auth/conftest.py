@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestServer
 
 from server.errors import ApiError
 from server.gateway.auth import AUTH_KEY, AuthConfig, default_permissions, setup_auth
+from server.gateway.commands import REGISTRY
 from server.gateway.http import error_middleware
 from tests.server.gateway.auth.client import (CHEAP_HASHER, FOREIGN_HOST, FOREIGN_ORIGIN, PASSWORD, USERS, Client,
                                               Creds, make_users)
@@ -121,7 +122,7 @@ def build_app(cfg: AuthConfig, clock: FakeClock, bound_host: str = "127.0.0.1",
     r.add_static("/static/", Path(__file__).resolve().parents[4] / "web" / "static")
     for method, path, handler in extra_routes:
         r.add_route(method, path, handler)
-    setup_auth(app, cfg, bound_host=bound_host, permissions=default_permissions(), clock=clock,
+    setup_auth(app, cfg, bound_host=bound_host, permissions=default_permissions(REGISTRY.permission_rows()), clock=clock,
                hasher=CHEAP_HASHER, housekeeping_s=housekeeping_s)
     return app
 

@@ -9,7 +9,7 @@ from server.gateway.app import create_app
 from server.gateway.auth import AUTH_KEY
 from server.gateway.auth.permissions import ESTOP, FEATURE_ROUTES, LEASE, PUBLIC, Role
 from server.gateway.hooks import HOOKS
-from server.gateway.runtime_client import RuntimeClient
+from server.runtime_api.client import RuntimeClient
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -45,10 +45,10 @@ def test_the_e_stop_and_the_driving_commands(tmp_path) -> None:
 
 
 def test_every_websocket_message_type_of_the_gateway_has_a_rule(tmp_path) -> None:
-    from server import commands
+    from server.gateway.commands import REGISTRY
 
     _, table = real_app(tmp_path)
-    for kind in (*commands.COMMANDS, "ping"):
+    for kind in (*(c.name for c in REGISTRY), "ping"):
         assert table.ws_rule("/ws/telemetry", kind) is not None, kind
     assert table.ws_rule("/ws/video", "ack") is not None
 

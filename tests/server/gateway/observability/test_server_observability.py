@@ -58,7 +58,7 @@ def test_metrics_are_prometheus_text_fed_by_the_runtime_and_the_gateway(server_f
 
 def test_healthz_fails_while_the_runtime_is_down(server: ServerProc, wait_for):
     code, body = wait_for(lambda: (r := server.get("/healthz"))[0] == 200 and r, 15, "healthy")
-    assert body["status"] == "ok" and set(body["checks"]) == {"runtime", "driver", "loop_rate"}
+    assert body["status"] == "ok" and set(body["checks"]) == {"runtime", "driver", "loop_rate", "users_file"}
     runtime = server.get("/api/telemetry")[1]["runtime"]["pid"]
     os.kill(runtime, signal.SIGKILL)
     code, body = wait_for(lambda: (r := server.get("/healthz"))[0] == 503 and r, 10, "503 while down")
@@ -69,10 +69,14 @@ def test_healthz_fails_while_the_runtime_is_down(server: ServerProc, wait_for):
 
 def test_json_logs(server_factory, wait_for):
     srv = server_factory({"observability": {"log_format": "json"}})
-    lines = wait_for(lambda: [json.loads(line) for line in srv.output
-                              if line.startswith("{") and '"logger":"server.gateway' in line], 10, "gateway log lines")
+    def gateway_lines() -> list[dict]:
+        return [json.loads(line) for line in srv.output if line.startswith("{") and '"logger":"server.' in line]
+
+    # the runtime client (server.runtime_api.client) logs the connection once the runtime answers
+    lines = wait_for(lambda: (lines := gateway_lines()) and any(
+        rec["msg"].startswith("connected to the robot runtime") for rec in lines) and lines, 20, "connected line")
     assert all({"ts", "level", "logger", "msg"} <= set(rec) for rec in lines)
-    assert any(rec["msg"].startswith("connected to the robot runtime") for rec in lines)
+    assert any(rec["logger"].startswith("server.gateway") for rec in lines)
 
 
 def test_a_foxglove_client_subscribes_through_the_relay_and_receives_snapshots(server_factory, wait_for):

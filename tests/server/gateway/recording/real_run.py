@@ -3,16 +3,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import threading
 import tomllib
 from pathlib import Path
 
 import tomli_w
 
-from tests.conftest import DEFAULT_CONFIG, REPO, START_TIMEOUT_S, TEST_DEFAULTS, ServerProc, deep_merge, wait_until
+from tests.conftest import DEFAULT_CONFIG, REPO, TEST_DEFAULTS, ServerProc, deep_merge, wait_until
 from tests.server.test_stop_paths import Heartbeat
 
 
@@ -60,16 +57,8 @@ class ReplayProc(ServerProc):
         self.file = file
         self.extra = extra
 
-    def start(self) -> "ReplayProc":
-        self._ready.clear()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server", "replay", str(self.file), "--config", str(self.config_path),
-             "--port", str(self.port), *self.extra],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
-        if not self._ready.wait(START_TIMEOUT_S) or self.proc.poll() is not None:
-            out = "".join(self.output[-40:])
-            self.kill()
-            raise RuntimeError(f"replay did not start:\n{out}")
-        return self
+    what = "replay"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "server", "replay", str(self.file), "--config", str(self.config_path),
+                "--port", str(self.port), *self.extra]

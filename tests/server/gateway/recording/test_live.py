@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import struct
 
 import pytest
@@ -96,3 +97,27 @@ async def test_the_relay_applies_the_gateway_auth(live):
         assert payload == snapshot_bytes(7, T0) and subscriptions == 1
     finally:
         await runner.cleanup()
+
+
+def test_the_live_servers_connections_do_not_wait_for_nagle(live):
+    """foxglove-sdk never sets TCP_NODELAY: every few 50 Hz snapshots waited for the relay's delayed ACK
+    (20–30 ms, bench_core's foxglove peer). The listener carries it, so every accepted socket does."""
+    import socket
+
+    accepted = []
+    with socket.create_connection(("127.0.0.1", live.port), timeout=5) as client:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                sock = socket.socket(fileno=int(fd))
+            except OSError:
+                continue
+            try:
+                if sock.type == socket.SOCK_STREAM and sock.family == socket.AF_INET \
+                        and sock.getsockname()[1] == live.port:
+                    accepted.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            except OSError:
+                pass
+            finally:
+                sock.detach()
+        assert client.fileno() >= 0
+    assert accepted and all(accepted), f"TCP_NODELAY on the live server's sockets: {accepted}"

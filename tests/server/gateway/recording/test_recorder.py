@@ -233,23 +233,51 @@ def touch(path, size):
     return path
 
 
-def test_prune_deletes_oldest_automatic_files_first_and_never_the_active_one(tmp_path):
+def names(deleted: list[dict]) -> list[str]:
+    return [d["file"] for d in deleted]
+
+
+def test_prune_deletes_named_files_first_then_the_oldest_and_never_the_active_one(tmp_path):
     d = tmp_path
     old_auto = touch(d / "20260101T000000Z_auto_000.mcap", 400)
     named = touch(d / "20260101T010000Z_experiment_000.mcap", 400)
     new_auto = touch(d / "20260102T000000Z_auto_000.mcap", 400)
     active = touch(d / "20260103T000000Z_auto_000.mcap", 400)
     deleted = prune(d, 900, keep={active})
-    assert deleted == [old_auto, new_auto]
-    assert named.exists() and active.exists()
+    assert names(deleted) == [named.name, old_auto.name]
+    assert deleted[0] == {"file": named.name, "bytes": 400, "named": True, "safety_events": 0}
+    assert new_auto.exists() and active.exists()
 
 
-def test_prune_named_when_allowed(tmp_path):
+def test_prune_automatic_files_first_with_keep_named(tmp_path):
     d = tmp_path
     named = touch(d / "20260101T000000Z_experiment_000.mcap", 400)
     auto = touch(d / "20260102T000000Z_auto_000.mcap", 400)
-    assert prune(d, 500, keep_named=False) == [named]
-    assert auto.exists()
+    assert names(prune(d, 500, keep_named=True)) == [auto.name]
+    assert named.exists()
+
+
+@pytest.mark.parametrize("budget, keep_named, expected", [
+    (1300, False, ["named_old", "named_new"]),                          # the incident outlives every named file
+    (900, False, ["named_old", "named_new", "auto_plain"]),
+    (500, False, ["named_old", "named_new", "auto_plain", "named_incident"]),  # only when nothing else is left
+    (900, True, ["auto_plain", "named_old", "named_new"]),              # keep_named: automatic ones first, still
+    (100, True, ["auto_plain", "named_old", "named_new", "auto_incident", "named_incident"]),  # incidents last
+])
+def test_prune_keeps_files_with_safety_events_over_files_without(tmp_path, budget, keep_named, expected):
+    d = tmp_path
+    files = {
+        "auto_incident": touch(d / "20260101T000000Z_auto_000.mcap", 400),
+        "named_old": touch(d / "20260101T010000Z_left-turns_000.mcap", 400),
+        "named_incident": touch(d / "20260101T020000Z_fill_000.mcap", 400),
+        "auto_plain": touch(d / "20260101T030000Z_auto_000.mcap", 400),
+        "named_new": touch(d / "20260101T040000Z_fill_001.mcap", 400),
+    }
+    incidents = {files["auto_incident"]: 1, files["named_incident"]: 2}
+    deleted = prune(d, budget, keep_named=keep_named, safety_events=lambda p: incidents.get(p, 0))
+    by_path = {p.name: k for k, p in files.items()}
+    assert [by_path[f] for f in names(deleted)] == expected
+    assert all(p.exists() != (k in expected) for k, p in files.items())
 
 
 def test_recorder_stays_within_the_budget(tmp_path):

@@ -107,7 +107,7 @@ def test_a_driven_run_is_recorded_whole(server_factory, tmp_path, wait_for):
     assert commands == [("start", True, "http", None), ("speed", True, "http", None),
                         ("speed", False, "http", "out_of_limits"), ("speed", True, "websocket", None),
                         ("estop", True, "http", None), ("reset", True, "http", None)]
-    assert all(c["principal"] is None for c in topic(msgs, "/teleop/commands"))  # no auth wired in this build
+    assert all(c["principal"] == "local" for c in topic(msgs, "/teleop/commands"))  # local mode: the local admin
     settings = topic(msgs, "/teleop/settings")
     assert [s["kind"] for s in settings] == ["acquisition"] and settings[0]["settings"]["channels"] == acq["channels"]
 
@@ -130,7 +130,9 @@ def test_kill_9_of_the_gateway_mid_recording_keeps_the_file_to_its_last_flush(se
     info = srv.get(f"/api/recordings/{file}/info")[1]
     assert info["complete"], info
     assert sum(info["counts"].values()) >= flushed
-    assert any("repaired unfinished recording" in line and file in line for line in srv.output), srv.output[-20:]
+    # the log line reaches the output through the launcher's pipe and our reader thread: wait for it
+    wait_for(lambda: any("repaired unfinished recording" in line and file in line for line in srv.output), 20,
+             "the repair's log line")
     _schemas, msgs = read_file(rec / file)  # the repaired file has an index: the mcap reader seeks it
     assert any(t == "/teleop/events" and json.loads(d)["state_after"] == "estop" for t, d, _ in msgs)
 

@@ -37,7 +37,7 @@ def recorded_events(path) -> list[dict]:
 @pytest.mark.parametrize("method,path,body", [
     ("POST", "/api/start", None), ("POST", "/api/stop", None), ("POST", "/api/reset", None),
     ("POST", "/api/heartbeat", None), ("POST", "/api/speed", {"linear": 0.1, "angular": 0.0}),
-    ("POST", "/api/estop", None), ("PUT", "/api/acquisition", {"rate_hz": 50, "channels": []}),
+    ("PUT", "/api/acquisition", {"rate_hz": 50, "channels": []}),
     ("POST", "/api/heading", {"heading_deg": 90}), ("POST", "/api/calibration/magnetometer", None),
     ("POST", "/api/debug/driver", {"battery_v": 10}),
 ])
@@ -45,6 +45,14 @@ def test_every_robot_command_is_refused(replay, method, path, body):
     code, reply = replay.request(method, path, body=body if body is not None else {})
     assert code == 409 and reply["error"]["code"] == "replay", reply
     assert path in reply["error"]["message"]
+
+
+@pytest.mark.parametrize("body", [None, {"reason": "replayed"}])
+def test_the_http_estop_is_answered_200_with_the_refusal_as_its_warning(replay, body):
+    """Issue 18: it was 409 ``replay``; docs/api.md says the e-stop is never refused, and the websocket's is not."""
+    code, reply = replay.request("POST", "/api/estop", body=body if body is not None else {})
+    assert code == 200 and reply["ok"] is True, reply
+    assert reply["latch"] == "unconfirmed" and "replay" in reply["warning"], reply
 
 
 def test_websocket_commands_are_refused_and_the_recorded_snapshots_flow(replay, recording):

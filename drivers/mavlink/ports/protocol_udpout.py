@@ -1,0 +1,5 @@
+"""pyserial's handler for ``udpout://`` (see :mod:`drivers.mavlink.ports`)."""
+
+from drivers.mavlink.ports import UdpPort as Serial
+
+__all__ = ["Serial"]

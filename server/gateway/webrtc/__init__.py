@@ -1,0 +1,11 @@
+"""WebRTC from the gateway (aiortc): the signalling socket, one peer per viewer, data channels for commands.
+
+signalling.py (``/ws/webrtc`` and :func:`setup_webrtc`) → peer.py (the peer connection, its RTCP
+and the encoded track) → commands.py (the one adapter to the command path); config.py is the
+``[webrtc]`` table, ice.py the candidate addresses. docs/video.md describes the transport.
+"""
+
+from server.gateway.webrtc.config import WebRtcConfig
+from server.gateway.webrtc.signalling import setup_webrtc
+
+__all__ = ["WebRtcConfig", "setup_webrtc"]
