@@ -168,8 +168,11 @@ class Launcher:
             shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
             log.info("runtime API on %s (python -m server.console --socket %s)", sock_path, sock_path)
             scheme = "https" if self.profile.auth.tls_enabled else "http"
-            print(f"teleop listening on {scheme}://{shown}:{bound[1]}", flush=True)
-            print(f"teleop {notice}", flush=True)
+            # one write each (print writes the text and its newline apart): the children share this pipe, and a
+            # log line of theirs must not land between the port and its newline (a harness reading the port)
+            sys.stdout.write(f"teleop listening on {scheme}://{shown}:{bound[1]}\n")
+            sys.stdout.write(f"teleop {notice}\n")
+            sys.stdout.flush()
             while not self._stop.wait(0.1):
                 for child in children:
                     self._supervise(child)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -65,6 +66,9 @@ def port_free(host: str, port: int) -> bool:
         return True
 
 
+_LISTENING = re.compile(r"teleop listening on http://\S+?:(\d+)")
+
+
 class ServerProc:
     """``python -m server`` as a child process, talked to over real HTTP."""
 
@@ -110,8 +114,8 @@ class ServerProc:
         assert proc.stdout is not None
         for line in proc.stdout:
             self.output.append(line)
-            if "teleop listening on http://" in line:
-                self.port = int(line.strip().rsplit(":", 1)[1])
+            if (m := _LISTENING.search(line)):  # a child's log line may share the line: take the port only
+                self.port = int(m.group(1))
                 self._listening = True
                 self._ready.set()
         if proc is self.proc:  # a restarted server's old pump ends late: it must not wake the new start

@@ -209,6 +209,13 @@ class SerialLink:
         if "://" not in self.url:
             kwargs["exclusive"] = True  # a second program on the same board is refused, not interleaved
         port = open_port(self.url, **kwargs)
+        if "://" not in self.url:
+            # bytes that were on the line before this open belong to an earlier session (a garbage burst, a
+            # reply to a request the last link made): a fresh link starts from a quiet line
+            try:
+                port.reset_input_buffer()
+            except (OSError, serial.SerialException):
+                pass
         self._port = port
         self._lost = None
         self._running = True

@@ -210,7 +210,8 @@ async def serve(profile: Any, source: ReplaySource, args: argparse.Namespace) ->
 
     def announce(url: str) -> None:
         log.info("replaying %s (%.1f s of recording)", source.path, source.end_t - source.start_t)
-        print(f"teleop listening on {url}", flush=True)
+        sys.stdout.write(f"teleop listening on {url}\n")  # one write: see server/launcher.py
+        sys.stdout.flush()
 
     await serve_app(app, profile, host=host, port=args.port, announce=announce)
 

@@ -75,7 +75,15 @@ class TestFirmataContract(SerialContract):
             before = driver.health().get("invalid_frames", 0)
             with runner.lock:
                 board.inject("garbage", now_s=time.monotonic(), count=2000)
+                burst_end_t = board._wire_free_t  # the burst leaves the board's wire at this time
             wait_until(lambda: driver.health()["invalid_frames"] >= before + 8, message="garbage received")
+            # the whole burst written to the line before the check goes on: a clear then finds no garbage in
+            # flight in the emulator (what is in the port's buffer a reconnect discards, as on a real line)
+            def written_out() -> bool:
+                with runner.lock:
+                    return not any(t <= burst_end_t for t, _ in board._out) and not runner._out
+
+            wait_until(written_out, message="the garbage burst written out")
         elif kind == "timeout":
             with runner.lock:
                 board.inject("silent")
