@@ -5,9 +5,12 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 
 # Install dependencies first so code edits do not rebuild this layer.
-COPY pyproject.toml README.md ./
-RUN mkdir -p server drivers sim robotics && touch server/__init__.py drivers/__init__.py sim/__init__.py robotics/__init__.py \
-    && pip install -e . && rm -rf server drivers sim robotics
+# The pins of requirements-run.lock (hashes checked; `make lock` writes it), then the project without resolving again.
+COPY pyproject.toml README.md requirements-run.lock ./
+RUN pip install --require-hashes -r requirements-run.lock \
+    && mkdir -p server drivers sim robotics \
+    && touch server/__init__.py drivers/__init__.py sim/__init__.py robotics/__init__.py \
+    && pip install --no-deps --no-build-isolation -e . && rm -rf server drivers sim robotics
 
 COPY server ./server
 COPY drivers ./drivers

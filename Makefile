@@ -2,14 +2,17 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# the set-up installs exactly the lock file's pins (hashes checked), so a clone a month from now gets what CI passed
+# with; `make lock` resolves pyproject.toml again (docs/development.md)
+LOCK   := requirements.lock
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | cksum | cut -d' ' -f1)
 # PROFILE=scara → config/scara-sim.toml; PROFILE=stewart → config/stewart-sim.toml; a name with a dash is the
 # file itself (PROFILE=scara-faulhaber → config/scara-faulhaber.toml); CONFIG=FILE overrides both
 PROFILE ?= rover
 CONFIG ?= config/$(PROFILE)$(if $(findstring -,$(PROFILE)),,-sim).toml
 ARGS   ?=
 
-.PHONY: run test test-fast bench browser network-tools lint clean help emulate fleet
+.PHONY: run test test-fast bench browser network-tools lint clean help emulate fleet lock
 
 help:
 	@echo "make run    - set up .venv and start the server on the simulator (http://127.0.0.1:8080)"
@@ -17,14 +20,15 @@ help:
 	@echo "make test   - set up .venv, Chromium and the network tools, run every test and the layer contracts"
 	@echo "make test-fast - the unit tier only (in process: no server processes, no browser), and the contracts"
 	@echo "make bench  - run the benchmarks and print the figures"
+	@echo "make lock   - resolve pyproject.toml's dependencies again into requirements.lock (LOCK_ARGS=--upgrade: newest)"
 	@echo "make fleet  - a Zenoh router, a hub and N=3 simulated robots (two rovers, a SCARA); prints the hub's URL"
 	@echo "make emulate - the server on an emulated Firmata board (EMULATOR=faulhaber_ascii: FAULHABER drives;"
 	@echo "             EMULATOR=mavlink: an ArduPilot rover over MAVLink, EMULATOR_ARGS=\"--tcp 127.0.0.1:5760\" for TCP)"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
@@ -76,6 +80,19 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py $(ARGS)
+
+# `make lock`: pyproject.toml's dependencies resolved again into requirements.lock (make run/test) and
+# requirements-run.lock (the Dockerfile: no test tools), for CPython 3.11 on x86_64 Linux. Pins still allowed
+# by pyproject.toml are kept; LOCK_ARGS=--upgrade moves every package to its newest allowed release.
+UV_VERSION ?= 0.13.9
+LOCK_ARGS ?=
+LOCK_FLAGS := --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header -q $(LOCK_ARGS)
+lock:
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	$(BIN)/uv pip compile pyproject.toml --extra test scripts/lock-build.in $(LOCK_FLAGS) -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml scripts/lock-build.in $(LOCK_FLAGS) -o requirements-run.lock
+	@echo "lock: requirements.lock and requirements-run.lock written; 'make test' installs and checks them"
 
 clean:
 	rm -rf $(VENV) .pytest_cache test-output .import_linter_cache

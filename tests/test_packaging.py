@@ -102,3 +102,55 @@ def test_readme_and_ci_promise_two_commands() -> None:
     commands = [shlex.split(line)[0] for line in ci.splitlines() if line.strip() and not line.startswith("#")]
     assert "make" in commands
     assert "make test" in ci
+
+
+# ---------------------------------------------------------------------- the lock files (make lock)
+def _pins(lock: Path) -> dict[str, tuple[str, int]]:
+    """name → (version, hashes) of every pin in a ``uv pip compile --generate-hashes`` file."""
+    from packaging.utils import canonicalize_name
+
+    pins: dict[str, tuple[str, int]] = {}
+    name = None
+    for line in lock.read_text().splitlines():
+        if m := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^ ;\\]+)", line):
+            name = canonicalize_name(m.group(1))
+            pins[name] = (m.group(2), 0)
+        elif name and line.strip().startswith("--hash=sha256:"):
+            pins[name] = (pins[name][0], pins[name][1] + 1)
+    return pins
+
+
+@pytest.mark.parametrize("lock, extras", [("requirements.lock", ("test",)), ("requirements-run.lock", ())])
+def test_the_lock_agrees_with_pyproject(lock: str, extras: tuple[str, ...]) -> None:
+    """Every dependency pyproject.toml asks for is pinned, at a version it allows, with hashes. `make lock`
+    mends a lock that disagrees."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [Requirement(r) for r in project["dependencies"]]
+    for extra in extras:
+        wanted += [Requirement(r) for r in project["optional-dependencies"][extra]]
+    wanted += [Requirement(line) for line in (REPO / "scripts" / "lock-build.in").read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+    pins = _pins(REPO / lock)
+    for req in wanted:
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{lock}: {req.name} is not pinned (run make lock)"
+        version, hashes = pins[name]
+        assert req.specifier.contains(version, prereleases=True), \
+            f"{lock}: {req.name}=={version} is outside pyproject.toml's {req.specifier} (run make lock)"
+        assert hashes >= 1, f"{lock}: {req.name} has no hash"
+    assert all(h >= 1 for _, h in pins.values()), f"{lock}: a pin without hashes"
+    if not extras:  # the run lock holds no test tool
+        test_only = {canonicalize_name(Requirement(r).name) for r in project["optional-dependencies"]["test"]}
+        assert not test_only & set(pins), f"{lock} pins test tools: {sorted(test_only & set(pins))}"
+
+
+def test_the_set_up_installs_from_the_lock() -> None:
+    make = (REPO / "Makefile").read_text()
+    assert "--require-hashes -r $(LOCK)" in make and "LOCK   := requirements.lock" in make
+    assert "--no-deps" in make  # the project itself adds nothing the lock did not pin
+    assert "pip install --require-hashes -r requirements-run.lock" in (REPO / "Dockerfile").read_text()
