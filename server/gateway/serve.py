@@ -46,6 +46,8 @@ async def serve_app(app: web.Application, profile: Any, *, host: str, port: int 
     tls = ssl_context(profile.auth, [host])
     guard = ConnectionGuard.from_config(scfg)
     app[GUARD] = guard
+    if fd is None:  # before the start-up's wait for the runtime: a port in use is said at once, not 30 s later
+        check_can_listen(host, scfg.port if port is None else port)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=scfg.request_timeout_s)
     await runner.setup()  # the app's start-up: connects to the runtime (the live gateway waits up to 30 s)
     guard.install(runner.server)
@@ -67,6 +69,20 @@ async def serve_app(app: web.Application, profile: Any, *, host: str, port: int 
             aio.remove_signal_handler(sig)
         await guard.stop()
         await runner.cleanup()
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """Raise ``OSError`` now if ``host:port`` cannot be bound (in use, no such address), as aiohttp would bind it
+    (``SO_REUSEADDR``: a port in TIME_WAIT is free). A check, not a reservation: the site binds it again."""
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE):
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(address)
+            except OSError as err:  # worded as asyncio's create_server words it
+                raise OSError(err.errno, f"error while attempting to bind on address {address[:2]!r}: "
+                                         f"{(err.strerror or str(err)).lower()}") from None
 
 
 def run_served(what: str, serve: Callable[[], Any]) -> int:
@@ -94,4 +110,4 @@ def run_served(what: str, serve: Callable[[], Any]) -> int:
     return 0
 
 
-__all__ = ["run_served", "serve_app", "url_of"]
+__all__ = ["check_can_listen", "run_served", "serve_app", "url_of"]

@@ -111,16 +111,24 @@ async def test_identical_questions_share_one_job_and_the_next_is_a_cache_hit(poo
                                            "joined": 4, "hits": 1, "cache": None}
 
 
+async def in_flight(p: ReportPool, n: int, timeout_s: float = 30.0) -> None:
+    """Until ``n`` jobs are admitted (an answer stats its file in a thread first: one loop pass is not enough)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while p.stats()["in_flight"] < n:
+        assert asyncio.get_running_loop().time() < deadline, f"{n} job(s) not admitted within {timeout_s} s"
+        await asyncio.sleep(0.005)
+
+
 async def test_limits_per_user_and_in_all(pool, recording):
     p = pool(workers=1, queue=1, per_user=1)
     first = asyncio.ensure_future(p.answer("vera", "report", recording, {"plots": True}))
-    await asyncio.sleep(0)
+    await in_flight(p, 1)
     with pytest.raises(JobRefused) as refused:                       # vera has one in progress
         await p.answer("vera", "report", recording, {"plots": False})
     assert refused.value.status == 429 and refused.value.code == "too_many_jobs"
     assert int(refused.value.headers["Retry-After"]) >= 1
     second = asyncio.ensure_future(p.answer("otto", "report", recording, {"plots": False}))
-    await asyncio.sleep(0)
+    await in_flight(p, 2)
     with pytest.raises(JobRefused) as refused:                       # one running, one waiting: full
         await p.answer("ada", "csv", recording, {"columns": ["battery_v"]})
     assert refused.value.status == 503 and refused.value.code == "busy"
