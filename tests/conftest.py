@@ -268,15 +268,21 @@ def _module_tier(path: Path) -> str:
     return _MODULE_TIER[key]
 
 
+_LINK_FIXTURES = ("link_factory", "linked_server", "operator_browser")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test gets one tier: ``e2e`` (tests/e2e: Chromium), ``server`` (it starts the real server or another
     process: its fixtures reach ``server_factory``, or its module starts processes), else ``unit`` (in
     process). ``make test-fast`` runs ``-m unit``; ``make test`` (CI) runs all three. A test marked by hand
-    keeps its mark."""
+    keeps its mark. Across the tiers, ``link`` marks the link emulator's tests (tests/linkemu, or a test on its
+    fixtures: network namespaces, root): ``-m link`` runs them."""
     for item in items:
+        path = Path(str(item.fspath))
+        if "linkemu" in path.parts or any(f in getattr(item, "fixturenames", ()) for f in _LINK_FIXTURES):
+            item.add_marker(pytest.mark.link)
         if any(item.get_closest_marker(m) for m in ("unit", "server", "e2e")):
             continue
-        path = Path(str(item.fspath))
         if "e2e" in path.parts:
             item.add_marker(pytest.mark.e2e)
         elif "server_factory" in getattr(item, "fixturenames", ()) or _module_tier(path) == "server":
