@@ -69,9 +69,12 @@ browser:
 network-tools:
 	@sh scripts/install-network-tools.sh
 
+# the suite in WORKERS pytest-xdist processes, a test file to a worker (its module's server and fixtures stay
+# one); most of its time is waiting on servers and browsers, not CPU (docs/development.md). WORKERS=0: one process
+WORKERS ?= 4
 test: $(STAMP) browser network-tools
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile $(ARGS)
 
 # the unit tier (tests/conftest.py gives every test a tier: unit, server, e2e): seconds, not the suite's minutes
 test-fast: $(STAMP)
