@@ -69,9 +69,10 @@ browser:
 network-tools:
 	@sh scripts/install-network-tools.sh
 
-# the suite in WORKERS pytest-xdist processes, a test file to a worker (its module's server and fixtures stay
-# one); most of its time is waiting on servers and browsers, not CPU (docs/development.md). WORKERS=0: one process
-WORKERS ?= 4
+# WORKERS=4: the suite in four pytest-xdist processes, a test file to a worker (its module's server and fixtures
+# stay one): 17.5 min where one process takes 33, but on two cores some real-time tests do not hold yet
+# (docs/development.md, "Workers"); one process until they do
+WORKERS ?= 0
 test: $(STAMP) browser network-tools
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile $(ARGS)

@@ -56,9 +56,11 @@ def test_a_script_gets_five_channels_at_10_hz(server: ServerProc) -> None:
             span = ts[-1] - ts[0]
             rate = (len(ts) - 1) / span
             assert 5.0 <= rate <= 11.0, (rate, len(ts), span)  # low end: latest-wins drops on a loaded machine
-            # decimated from 50 Hz: about every fifth snapshot (seq counts the runtime's snapshots)
-            gaps = [b - a for a, b in zip(seqs, seqs[1:])]
-            assert min(gaps) >= 3, gaps
+            # decimated on a fixed 0.1 s schedule of the snapshots' own stamps: most go about a period apart. Not
+            # every one: a late snapshot (a runtime that skipped ticks under load) is sent and the next comes on
+            # schedule, sooner (a run in four workers saw one gap of two runtime snapshots among fives)
+            gaps = sorted(b - a for a, b in zip(ts, ts[1:]))
+            assert gaps[len(gaps) // 2] >= 0.05, gaps
             _, stats = server.get("/api/telemetry")
             mine = [c for c in stats["per_client"] if c["subscription"] is not None]
             assert len(mine) == 1 and mine[0]["subscription"]["channels"] == sorted(FIVE)
