@@ -66,6 +66,10 @@ def port_free(host: str, port: int) -> bool:
         return True
 
 
+#: every ServerProc made during the current test (cleared before each): their output's tail is attached to a
+#: failing test's report, so that a flake in CI says what the server saw
+_SERVERS: list["ServerProc"] = []
+
 _LISTENING = re.compile(r"teleop listening on http://\S+?:(\d+)")
 
 
@@ -80,6 +84,7 @@ class ServerProc:
         self.proc: subprocess.Popen | None = None
         self.output: list[str] = []
         self._ready = threading.Event()
+        _SERVERS.append(self)  # its log goes into the report of a test that fails (pytest_runtest_makereport)
 
     @property
     def url(self) -> str:
@@ -269,6 +274,26 @@ def _module_tier(path: Path) -> str:
 
 
 _LINK_FIXTURES = ("link_factory", "linked_server", "operator_browser")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    _SERVERS.clear()
+    try:
+        return (yield)
+    finally:
+        _SERVERS.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    report = yield
+    if report.failed:
+        for n, srv in enumerate(list(_SERVERS)):
+            tail = "".join(srv.output[-80:])
+            if tail:
+                report.sections.append((f"{srv.what} {n} log (last 80 lines)", tail))
+    return report
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

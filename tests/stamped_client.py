@@ -40,6 +40,12 @@ class StampedClient:
         return time.monotonic() + self.clock_offset_s
 
     async def _read(self) -> None:
+        try:
+            await self._read_all()
+        finally:
+            self.changed.set()  # a waiter sees the socket closed
+
+    async def _read_all(self) -> None:
         async for msg in self.ws:
             if msg.type != aiohttp.WSMsgType.TEXT:
                 continue
@@ -65,11 +71,24 @@ class StampedClient:
                     fut.set_result(data)
 
     async def until(self, predicate: Any, timeout_s: float = 30.0) -> None:
-        """Wait, reading, until ``predicate()`` holds."""
-        async with asyncio.timeout(timeout_s):
-            while not predicate():
-                self.changed.clear()
-                await self.changed.wait()
+        """Wait, reading, until ``predicate()`` holds; fails at once, saying why, once the socket has closed (nothing
+        more can come), and on the deadline with what was read."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not predicate():
+                    if self._reader.done():
+                        raise AssertionError(f"the socket closed before the condition held: {self.describe()}")
+                    self.changed.clear()
+                    await self.changed.wait()
+        except TimeoutError:
+            raise AssertionError(f"the condition did not hold within {timeout_s:g} s: {self.describe()}") from None
+
+    def describe(self) -> str:
+        """What this client saw, for a failure message."""
+        missing = [i for i in self.sent if i not in self.replies and self.sent[i]["type"] != "sync"]
+        return (f"close code {self.ws.close_code}, {len(self.sent)} sent, {len(self.replies)} replies, "
+                f"{len(missing)} unanswered (first {missing[:5]}), {len(self.snapshots)} snapshots, "
+                f"anonymous errors {self.anonymous_errors[-3:]}, events {[e for _, e in self.events][-3:]}")
 
     async def reply(self, msg_id: Any, timeout_s: float = 30.0) -> dict:
         await self.until(lambda: msg_id in self.replies, timeout_s)

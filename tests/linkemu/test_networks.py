@@ -110,7 +110,13 @@ def test_4g_with_a_competing_download_starts_drive_and_telemetry_stays_young(lin
 
 def test_a_3_s_blackout_while_driving_stops_the_robot_and_nothing_sent_before_or_during_it_is_applied_after(
         linked_server) -> None:
-    srv = linked_server("4g")
+    """After the blackout both ends retransmit on their backed-off timers (RTO doubling from ~0.3 s: 4.5 s, then
+    9.3 s if that one is lost on this 2 % loss link), so the server's writer can be stuck past the default 10 s
+    stall limit and the socket aborted before the replies this test reads come back: the limit is raised here (a
+    socket aborted by it is its own test, tests/server/test_hostile_clients.py), and the burst too, so that the
+    ~185 messages sent into the dark, arriving at once, are all answered by id."""
+    srv = linked_server("4g", config_overrides={"server": {"writer_stall_s": 60.0},
+                                                "telemetry": {"command_burst": 1000}})
     take_lease(srv)
 
     async def body(c: StampedClient):
