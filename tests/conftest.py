@@ -107,10 +107,14 @@ class ServerProc:
         self._listening = False
         self._pump_thread = threading.Thread(target=self._pump, args=(self.proc,), daemon=True)
         self._pump_thread.start()
+        t0 = time.monotonic()
         if not self._ready.wait(START_TIMEOUT_S) or not self._listening or self.proc.poll() is not None:
             out = "".join(self.output[-40:])
             self.kill()
             raise RuntimeError(f"{self.what} did not start:\n{out}")
+        if (starts := os.environ.get("TELEOP_TEST_STARTS")):  # where the suite starts servers (docs/development.md)
+            with open(starts, "a") as f:
+                f.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?')}\t{self.what}\t{time.monotonic() - t0:.2f}\n")
         return self
 
     what = "server"

@@ -298,7 +298,7 @@ class RuntimeService(ApiServer):
         stage = robot.stage
         behavior = GoToMarkerBehavior(ext, marker_id, p.standoff_m, speed, max_rate_rad_s=min(1.0, lim.angular_rad_s),
                                       brake_m_s2=0.5 * min(lim.linear_accel_m_s2, lim.linear_decel_m_s2),
-                                      time_scale=stage.time_scale if stage is not None else 1.0)
+                                      time_scale=stage.time_scale if stage is not None else 1.0, lost_s=p.lost_s)
         return {"ok": True, "state": self.loop.start_behavior(behavior), "behavior": behavior.status()}
 
     def _debug_driver(self, p: DebugParams) -> dict[str, Any]:

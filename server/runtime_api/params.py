@@ -189,11 +189,13 @@ class MeasurementsParams(msgspec.Struct, forbid_unknown_fields=True):
 
 class GoToMarkerParams(msgspec.Struct, forbid_unknown_fields=True):
     """``POST /api/go_to_marker``: drive to marker ``marker_id`` (default: the nearest of the map in view) and stop
-    ``standoff_m`` from it (horizontal range from the body origin), at most ``speed_m_s``."""
+    ``standoff_m`` from it (horizontal range from the body origin), at most ``speed_m_s``; it fails once the marker
+    has been out of view for ``lost_s`` (a slow camera or a busy computer needs longer)."""
 
     marker_id: Annotated[int, Meta(ge=0, le=100_000)] | None = None
     standoff_m: Annotated[float, Meta(ge=0.2, le=10.0)] = 0.6
     speed_m_s: float | None = None  # within the robot's speed limit, which the struct cannot know
+    lost_s: Annotated[float, Meta(ge=0.2, le=10.0)] = 1.5
 
 
 # ---------------------------------------------------------------------- arms and platforms (docs/arms.md)

@@ -124,9 +124,12 @@ def test_go_to_marker_drives_to_the_marker_and_stops_at_the_standoff(server_fact
     assert srv.post("/api/start")[0] == 200
     start_range = true_range(srv)
     with Heartbeat(srv):
-        status, reply = srv.post("/api/go_to_marker", {"marker_id": 0, "standoff_m": 0.8})
+        # lost_s 5: a loaded machine's vision frames come seconds late (the 1.5 s default failed the approach);
+        # losing the marker is tested below
+        status, reply = srv.post("/api/go_to_marker", {"marker_id": 0, "standoff_m": 0.8, "lost_s": 5.0})
         assert status == 200, reply
         assert reply["behavior"]["name"] == "go_to_marker" and reply["behavior"]["target"]["standoff_m"] == 0.8
+        assert reply["behavior"]["target"]["lost_s"] == 5.0
         b = wait_until(lambda: (srv.state()["behavior"] or {}).get("measurements", 0) > 3 and srv.state()["behavior"],
                        10, "the approach under way")
         assert b["phase"] == "approaching" and 0.0 <= b["progress"] <= 1.0
@@ -167,6 +170,7 @@ def test_go_to_marker_refusals(server_factory) -> None:
         status, body = srv.post("/api/go_to_marker", {"marker_id": 42})
         assert (status, body["error"]["code"]) == (422, "invalid") and "not in the marker map" in body["error"]["message"]
         for bad, code in (({"standoff_m": 0.1}, "out_of_limits"), ({"speed_m_s": 9.0}, "out_of_limits"),
+                          ({"lost_s": 0.0}, "out_of_limits"), ({"lost_s": 11}, "out_of_limits"),
                           ({"marker_id": "zero"}, "wrong_type"), ({"marker": 0}, "unknown_field"),
                           (b'{"standoff_m": 1e400}', "not_finite")):
             raw = bad if isinstance(bad, bytes) else json.dumps(bad).encode()

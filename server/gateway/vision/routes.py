@@ -40,11 +40,11 @@ VISION_KEY = web.AppKey("vision", VisionService)
 
 def go_to_marker_params(body: dict[str, Any], description: dict[str, Any] | None) -> dict[str, Any]:
     """Validate a go-to-marker body at the edge (the runtime checks again, and decides what is in view)."""
-    p = convert(body, GoToMarkerParams)  # marker_id and standoff_m ranged by the struct
+    p = convert(body, GoToMarkerParams)  # marker_id, standoff_m and lost_s ranged by the struct
     if p.speed_m_s is not None:
         lo_hi = ((description or {}).get("limits") or {}).get("linear_m_s") or [-20.0, 20.0]
         check_range("speed_m_s", p.speed_m_s, 0.02, float(lo_hi[1]))
-    return {"marker_id": p.marker_id, "standoff_m": p.standoff_m, "speed_m_s": p.speed_m_s}
+    return {"marker_id": p.marker_id, "standoff_m": p.standoff_m, "speed_m_s": p.speed_m_s, "lost_s": p.lost_s}
 
 
 async def parse_go_to_marker(body: dict[str, Any], ctx: Context) -> dict[str, Any]:

@@ -120,7 +120,7 @@ class GoToMarkerBehavior:
         if self.outcome and self.outcome.startswith("reached"):
             progress = 1.0
         return {"name": self.name, "phase": self.phase,
-                "target": {"marker_id": self.marker_id, "standoff_m": self.standoff_m},
+                "target": {"marker_id": self.marker_id, "standoff_m": self.standoff_m, "lost_s": self.lost_s},
                 "marker_id": self.marker_id, "range_m": rounded(self.range_m, 3),
                 "bearing_rad": rounded(self.bearing_rad, 4), "progress": round(min(1.0, max(0.0, progress)), 3),
                 "measurements": self.measurements, "elapsed_s": round(self.clock_s, 3), "outcome": self.outcome}
