@@ -101,6 +101,7 @@ class ServerProc:
     def start(self) -> "ServerProc":
         self._ready.clear()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # its three interpreters compile the sources once, not every start
         self.proc = subprocess.Popen(
             self.command(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         )
@@ -130,16 +131,34 @@ class ServerProc:
         if proc is self.proc:  # a restarted server's old pump ends late: it must not wake the new start
             self._ready.set()  # the output ended: it exited (a config error) — no need to wait out the deadline
 
+    def log_line(self, predicate: "str | Callable[[str], bool]", timeout_s: float = 30.0) -> str:
+        """The first line of the server's output with ``predicate`` in it (or true of it), waiting for it: the
+        output is read from the server's pipe by a thread, so a line logged before an answer may come after it."""
+        test = (lambda line: predicate in line) if isinstance(predicate, str) else predicate
+        return wait_until(lambda: next((line for line in list(self.output) if test(line)), None), timeout_s,
+                          f"a line {predicate!r} in the {self.what}'s log")
+
+    def drain(self, timeout_s: float = 10.0) -> list[str]:
+        """Once the process has exited: wait until its whole output has been read; returns it."""
+        thread = getattr(self, "_pump_thread", None)
+        if thread is not None:
+            thread.join(timeout_s)
+        return self.output
+
     def stop(self, timeout_s: float = 10.0) -> int:
-        """SIGTERM and wait; returns the exit code."""
+        """SIGTERM and wait (its output read to the end); returns the exit code."""
         if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else 0
+            code = self.proc.returncode if self.proc else 0
+            self.drain()
+            return code
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout_s)
+            code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise AssertionError("server did not exit within %s s of SIGTERM" % timeout_s)
+        self.drain()
+        return code
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

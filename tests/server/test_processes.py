@@ -130,7 +130,7 @@ def test_a_signal_stops_both_halt_first_and_leaves_no_process(server: ServerProc
     server.proc.send_signal(sig)
     assert server.proc.wait(20) == 0
     wait_until(lambda: not any(alive(p) for p in kids.values()), 10, "both children gone")
-    out = "".join(server.output)
+    out = "".join(server.drain())
     assert out.index("halting the robot first") < out.index("sim driver closed")
     assert "shutdown: server shutting down: robot halted" in out
 

@@ -161,8 +161,9 @@ def test_channel_names_match_the_pipelines_specs() -> None:
 
 # ---------------------------------------------------------------------- edge checks
 @pytest.mark.parametrize("body, want", [
-    ({}, {"marker_id": None, "standoff_m": 0.6, "speed_m_s": None}),
-    ({"marker_id": 3, "standoff_m": 1.5, "speed_m_s": 0.3}, {"marker_id": 3, "standoff_m": 1.5, "speed_m_s": 0.3}),
+    ({}, {"marker_id": None, "standoff_m": 0.6, "speed_m_s": None, "lost_s": 1.5}),
+    ({"marker_id": 3, "standoff_m": 1.5, "speed_m_s": 0.3, "lost_s": 4},
+     {"marker_id": 3, "standoff_m": 1.5, "speed_m_s": 0.3, "lost_s": 4.0}),
 ])
 def test_ok__go_to_marker(body, want) -> None:
     assert go_to_marker_params(body, {"limits": {"linear_m_s": [-0.5, 0.5]}}) == want
@@ -177,6 +178,9 @@ def test_ok__go_to_marker(body, want) -> None:
     ({"speed_m_s": 0.6}, "out_of_limits"),
     ({"speed_m_s": 0.0}, "out_of_limits"),
     ({"speed_m_s": math.inf}, "not_finite"),
+    ({"lost_s": 0.1}, "out_of_limits"),
+    ({"lost_s": math.nan}, "not_finite"),
+    ({"lost_s": "long"}, "wrong_type"),
     ({"id": 0}, "unknown_field"),
 ])
 def test_fail__go_to_marker(body, code) -> None:
