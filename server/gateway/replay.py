@@ -54,6 +54,8 @@ STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 class ReplayRuntime(RuntimeClient):
     """A :class:`RuntimeClient` whose robot is a recording (see the module docstring)."""
 
+    live = False  # a recorded link loss is history: it does not end the lease of whoever watches the replay
+
     def __init__(self, source: ReplaySource, *, autoplay: bool = True, period_s: float = 0.02) -> None:
         super().__init__(f"replay:{source.path.name}")
         self.replay_source = source

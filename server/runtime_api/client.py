@@ -58,6 +58,9 @@ class LinkLostError(RuntimeDownError):
 
 
 class RuntimeClient:
+    #: its events are this robot's now (False: a recording's, replayed, which must not act on this server's lease)
+    live = True
+
     def __init__(self, socket_path: str, *, request_timeout_s: float = 5.0,
                  on_snapshot: Callable[[bytes], None] | None = None,
                  on_event: Callable[[dict[str, Any]], None] | None = None,

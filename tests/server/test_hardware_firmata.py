@@ -53,10 +53,11 @@ def express():
 
 def serve(server_factory, runner: PtyRunner, **driver) -> ServerProc:
     # this VM is shared and often loaded (load average over 10 on 2 cores): the profile's 0.5 s silent-board
-    # limits and 0.1 s stall limit would now and then stop a healthy run; these tests are about other
+    # and link limits and 0.1 s stall limit would now and then stop a healthy run; these tests are about other
     # faults, so those get room here
     return server_factory({"driver": {"port": runner.port, "banner_wait_s": 0.0, "stale_s": 2.0, **driver},
-                           "safety": {"sensor_stale_s": 2.0}, "loop": {"max_stall_s": 2.0}}, config=CONFIG)
+                           "safety": {"sensor_stale_s": 2.0, "command_timeout_s": 2.0}, "loop": {"max_stall_s": 2.0}},
+                          config=CONFIG)
 
 
 def driving(runner: PtyRunner) -> bool:

@@ -54,10 +54,12 @@ def mode(request, tmp_path) -> dict:
 
 
 def serve(server_factory, runner: PtyRunner, mode: dict | None = None, **driver) -> ServerProc:
-    # a shared, loaded VM: the profile's 0.5 s staleness and 0.1 s stall limits would now and then stop a healthy
-    # run; these tests are about other stops
+    # a shared, loaded VM: the profile's 0.5 s staleness, link and 0.1 s stall limits would now and then stop a
+    # healthy run (the heartbeat thread beat late); these tests are about other stops, and link loss still latches
+    # well within test_link_loss_stops_the_vehicle's deadline
     srv = server_factory({"driver": {"port": runner.port, "heartbeat_timeout_s": 5.0, **driver},
-                          "safety": {"sensor_stale_s": 2.0}, "loop": {"max_stall_s": 2.0}, **(mode or {})},
+                          "safety": {"sensor_stale_s": 2.0, "command_timeout_s": 2.0}, "loop": {"max_stall_s": 2.0},
+                          **(mode or {})},
                          config=CONFIG)
     return as_operator(srv) if mode else srv
 

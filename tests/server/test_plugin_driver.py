@@ -24,7 +24,7 @@ def test_a_plugin_driver_runs_the_robot_through_the_server(server_factory, tmp_p
         host, port = runner.url.split(":")[1:]
         profile = tmp_path / "linebot.toml"
         profile.write_text(example("linebot.toml"))  # the page's profile as it is; only the port is this test's
-        srv = server_factory({"driver": {"port": f"socket://{host}:{port}"}, "safety": {"sensor_stale_s": 2.0},
+        srv = server_factory({"driver": {"port": f"socket://{host}:{port}"}, "safety": {"sensor_stale_s": 2.0, "command_timeout_s": 2.0},
                               "loop": {"max_stall_s": 2.0}}, config=str(profile))
         status, robot = srv.get("/api/robot")
         assert status == 200 and robot["driver"] == "linebot" and robot["profile"] == "rover"

@@ -15,6 +15,13 @@ from tests.server.test_stop_paths import Heartbeat, at_rest, drive, events
 pytestmark = pytest.mark.timeout(90)
 
 
+@pytest.fixture
+def server(server_factory) -> ServerProc:
+    """A 5 s link timeout: on a loaded machine the heartbeat thread beats late, and a link-loss stop would take the
+    place of the stale-sensor stop these tests are about (the watchdog has its own tests)."""
+    return server_factory({"safety": {"command_timeout_s": 5.0}})
+
+
 def all_channels(srv: ServerProc) -> list[str]:
     return srv.get("/api/acquisition")[1]["available"]
 

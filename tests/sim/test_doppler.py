@@ -223,7 +223,7 @@ def test_a_rule_on_doppler_motion_stops_the_rover_turning_towards_a_walker(serve
     # north: outside the radar's ±40° beam until the rover turns right towards it
     srv = server_factory({
         "driver": {"doppler": {"targets": [{"from": [5.8, 3.0], "to": [4.5, 3.0], "speed_m_s": 0.3}]}},
-        "safety": {"rules": rules},
+        "safety": {"rules": rules, "command_timeout_s": 5.0},  # a late heartbeat must not stop it first (load)
     })
     assert srv.post("/api/debug/driver", {"teleport": [1.8, 1.0, math.pi / 2]})[0] == 200
     # (before the teleport, at the field's centre facing east, the walker was in the beam)

@@ -77,7 +77,9 @@ def setup_trust(app: web.Application, cfg: AuthConfig, *, bound_host: str, hooks
         client.send_control(lease_message(svc))
 
     def on_event(event: dict[str, Any]) -> None:
-        if event.get("trigger") == "link_loss":
+        # the robot's link loss ends the lease; a replayed recording's does not (it ended another session's lease,
+        # long ago: here it freed the watcher's at random, as the playback reached it)
+        if event.get("trigger") == "link_loss" and getattr(runtime, "live", True):
             svc.lease.on_link_loss()
 
     def tell_runtime() -> None:

@@ -166,6 +166,13 @@ def test_the_run_is_deterministic() -> None:
 
 
 # ---------------------------------------------------------------------- the real server
+@pytest.fixture
+def server(server_factory) -> ServerProc:
+    """A 5 s link timeout: on a loaded machine the heartbeat thread beats late, and a link-loss stop would take the
+    place of the tilt rule's (or end the drive over the hump); the watchdog has its own tests."""
+    return server_factory({"safety": {"command_timeout_s": 5.0}})
+
+
 def test_robot_description_lists_the_derived_channels(server: ServerProc) -> None:
     status, robot = server.get("/api/robot")
     assert status == 200

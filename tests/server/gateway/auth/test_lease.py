@@ -191,3 +191,42 @@ async def test_logout_frees_the_lease(start_gateway, users_file) -> None:
     await gw.request("POST", "/api/lease/take", olga)
     await gw.request("POST", "/api/auth/logout", olga)
     assert gw.svc.lease.holder is None
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["robot", "replay"])
+def test_the_robots_link_loss_ends_the_lease_and_a_replayed_one_does_not(tmp_path, live: bool) -> None:
+    """The trust layer's hook on the runtime's events: a replay server replays a recording's events, and a recorded
+    link loss (another session's, long ago) used to free the lease of whoever watched, as the playback reached it."""
+    from aiohttp import web
+
+    from server.gateway.auth.config import AuthConfig
+    from server.gateway.auth.wiring import setup_trust
+    from server.gateway.hooks import Hooks
+    from tests.server.gateway.auth.client import make_users
+
+    class Runtime:
+        def __init__(self) -> None:
+            self.live = live
+            self.control: list[str | None] = []
+
+        def set_control(self, principal: str | None) -> None:
+            self.control.append(principal)
+
+        def latest_snapshot(self) -> dict:
+            return {"state": "idle"}
+
+    class Hub:
+        def broadcast(self, message) -> None:
+            pass
+
+    hooks = Hooks()
+    runtime = Runtime()
+    cfg = AuthConfig.from_table({"users_file": str(make_users(tmp_path / "users.json"))})
+    svc = setup_trust(web.Application(), cfg, bound_host="127.0.0.1", hooks=hooks, hub=Hub(), runtime=runtime,
+                      housekeeping_s=None)
+    svc.lease.take("s1", "olga")
+    Hooks.call(hooks.on_event, {"trigger": "operator_estop"})
+    assert svc.lease.holder.user == "olga"
+    Hooks.call(hooks.on_event, {"trigger": "link_loss"})
+    assert (svc.lease.holder is None) is live
+    assert runtime.control[-1] == (None if live else "olga/s1")

@@ -21,12 +21,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import aiohttp
 import pytest
 
-from tests.conftest import REPO, ServerProc, wait_until
+from tests.conftest import REPO, ServerProc, module_server, wait_until
 from tests.server.gateway.auth.client import FOREIGN_HOST, FOREIGN_ORIGIN, PASSWORD, Client, Creds, make_users
 
 TURN = {"linear": 0.0, "angular": 0.2}
@@ -61,11 +61,26 @@ def bearer(token: str) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------- issue 10's reproductions, local mode
+@pytest.fixture(scope="module")
+def shared_local(tmp_path_factory) -> Iterator[ServerProc]:
+    """No users: local mode, one server for the module's refusal tests (each leaves the robot as it found it, or
+    started or e-stopped, which :func:`local` undoes). A long link timeout, so a started robot stays running
+    through a test."""
+    srv = module_server(tmp_path_factory, {"safety": {"command_timeout_s": 30}, "video": {
+        "enabled": True, "width": 160, "height": 120, "fps": 5, "render_process": False}})
+    yield srv
+    srv.kill()
+
+
 @pytest.fixture
-def local(server_factory, tmp_path) -> ServerProc:
-    """No users: local mode. A long link timeout, so a started robot stays running through a test."""
-    return server_factory({"server": {"state_dir": str(tmp_path / "state")}, "safety": {"command_timeout_s": 30},
-                           "video": {"enabled": True, "width": 160, "height": 120, "fps": 5, "render_process": False}})
+def local(shared_local: ServerProc) -> ServerProc:
+    """The shared local-mode server, idle as a fresh one would be."""
+    if shared_local.state()["state"] != "idle":
+        shared_local.post("/api/estop", {"reason": "test: reset between tests"})
+        wait_until(lambda: shared_local.post("/api/reset", {})[0] == 200 or shared_local.state()["state"] == "idle",
+                   10, "the shared server idle again")
+    assert shared_local.state()["state"] == "idle"
+    return shared_local
 
 
 @pytest.mark.parametrize("command, body, ctype", [
@@ -118,12 +133,12 @@ def test_host_rebinding_is_refused(local: ServerProc) -> None:
     assert local.request("GET", "/api/state", headers={"Host": "localhost"})[0] == 200  # a loopback name is fine
 
 
-def test_uwb_calibration_as_text_plain_stores_nothing(local: ServerProc, tmp_path) -> None:
+def test_uwb_calibration_as_text_plain_stores_nothing(local: ServerProc) -> None:
     body = json.dumps({"pairs": [[1.0, 5.0], [2.0, 6.0], [3.0, 7.0]], "degree": 1}).encode()
     status, reply = local.request("POST", "/api/calibration/uwb", raw=body, headers={"Content-Type": "text/plain"})
     assert status == 415, reply
     assert local.get("/api/calibration")[1]["uwb"] is None
-    assert not list((tmp_path / "state").glob("*calibration*"))
+    assert not list((local.config_path.parent / "state").glob("*calibration*"))
 
 
 async def test_a_cross_site_websocket_is_refused(local: ServerProc) -> None:

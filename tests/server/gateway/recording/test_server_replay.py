@@ -24,7 +24,17 @@ def recording(tmp_path_factory):
 
 @pytest.fixture
 def replay(recording, tmp_path):
+    """A fresh replay server, paused at the start, for a test that plays, seeks or watches the stream."""
     proc = ReplayProc(recording, write_config(tmp_path, {}), "--paused").start()
+    yield proc
+    proc.kill()
+
+
+@pytest.fixture(scope="module")
+def refusing(recording, tmp_path_factory):
+    """One paused replay server for the refusal tables: a refused command changes nothing (each row checks so),
+    so the rows need no server of their own."""
+    proc = ReplayProc(recording, write_config(tmp_path_factory.mktemp("replay"), {}), "--paused").start()
     yield proc
     proc.kill()
 
@@ -41,16 +51,16 @@ def recorded_events(path) -> list[dict]:
     ("POST", "/api/heading", {"heading_deg": 90}), ("POST", "/api/calibration/magnetometer", None),
     ("POST", "/api/debug/driver", {"battery_v": 10}),
 ])
-def test_every_robot_command_is_refused(replay, method, path, body):
-    code, reply = replay.request(method, path, body=body if body is not None else {})
+def test_every_robot_command_is_refused(refusing, method, path, body):
+    code, reply = refusing.request(method, path, body=body if body is not None else {})
     assert code == 409 and reply["error"]["code"] == "replay", reply
     assert path in reply["error"]["message"]
 
 
 @pytest.mark.parametrize("body", [None, {"reason": "replayed"}])
-def test_the_http_estop_is_answered_200_with_the_refusal_as_its_warning(replay, body):
+def test_the_http_estop_is_answered_200_with_the_refusal_as_its_warning(refusing, body):
     """Issue 18: it was 409 ``replay``; docs/api.md says the e-stop is never refused, and the websocket's is not."""
-    code, reply = replay.request("POST", "/api/estop", body=body if body is not None else {})
+    code, reply = refusing.request("POST", "/api/estop", body=body if body is not None else {})
     assert code == 200 and reply["ok"] is True, reply
     assert reply["latch"] == "unconfirmed" and "replay" in reply["warning"], reply
 
@@ -111,11 +121,11 @@ def test_play_pause_seek_and_speed(replay, recording, wait_for):
     ("/api/replay/seek", {}, "missing_field"), ("/api/replay/speed", {"speed": 0}, "out_of_limits"),
     ("/api/replay/speed", {"speed": 1000}, "out_of_limits"), ("/api/replay/speed", {"fast": 1}, "unknown_field"),
 ])
-def test_bad_controls_are_refused_and_change_nothing(replay, path, body, code):
-    before = replay.get("/api/replay")[1]
-    status, reply = replay.post(path, body)
+def test_bad_controls_are_refused_and_change_nothing(refusing, path, body, code):
+    before = refusing.get("/api/replay")[1]
+    status, reply = refusing.post(path, body)
     assert status in (400, 422) and reply["error"]["code"] == code, reply
-    after = replay.get("/api/replay")[1]
+    after = refusing.get("/api/replay")[1]
     assert (after["speed"], after["position_t"], after["playing"]) == \
         (before["speed"], before["position_t"], before["playing"])
 
