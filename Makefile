@@ -72,9 +72,9 @@ browser:
 network-tools:
 	@sh scripts/install-network-tools.sh
 
-# WORKERS=4: the suite in four pytest-xdist processes, a test file to a worker (its module's server and fixtures
-# stay one): 17.5 min where one process takes 33, but on two cores some real-time tests do not hold yet
-# (docs/development.md, "Workers"); one process until they do
+# WORKERS=3: the suite in three pytest-xdist processes, a test file to a worker (its module's server and fixtures
+# stay one): 16.7 min where one process takes 33 (docs/development.md, "Workers"); one process until three-worker
+# runs are green from fresh clones several times in a row
 WORKERS ?= 0
 test: $(STAMP) browser network-tools
 	$(BIN)/lint-imports
