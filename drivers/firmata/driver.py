@@ -260,6 +260,9 @@ class FirmataDriver(Driver):
         self._configured = False
         link = SerialLink(self.port, fp.FirmataDecoder(), baudrate=self.baudrate, on_message=self._on_message,
                           reply_timeout_s=self.query_timeout_s, name=f"firmata {self.port}", counters=self.counters)
+        # a new connection starts a new garbage window: frames the last one's reader was still finding invalid when
+        # it closed (a loaded machine's reader lags the line) are that connection's, already reported
+        self._seen_invalid = self.counters.invalid_frames
         link.open()
         self._link = link
         try:

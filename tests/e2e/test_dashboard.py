@@ -205,7 +205,9 @@ def test_estop_goes_over_http_when_the_socket_cannot_carry_it(dashboard_server, 
     dash.js("() => { window.teleop.session.send = () => false; }")
     dash.page.click("#estop")
     wait_for(lambda: server_state(server)["state"] == "estop", 5.0, "the HTTP e-stop to latch")
-    assert "dashboard E-STOP button" in server_state(server)["cause"]["message"]
+    # the e-stop latches before its body is read; the reason follows (server/gateway/commands.py, note_reason)
+    wait_for(lambda: "dashboard E-STOP button" in server_state(server)["cause"]["message"], 10.0,
+             "the e-stop's reason noted")
     sent = [r for r in dash.sent if r["method"] == "POST" and r["path"] == "/api/estop"]
     assert len(sent) == 1 and (sent[0]["csrf"] != "") == server.login, sent
     assert dash.page.locator("#command-error").is_hidden()

@@ -22,10 +22,11 @@ pytestmark = pytest.mark.timeout(240)
 MARKER_0 = (6.0, 2.0)  # on the east wall, in view from the start pose (the field's centre, facing east)
 #: vision's freshness limit here (safety.sensor_stale_s, 0.5 s by default): on a loaded machine the pipeline's frames
 #: come up to a second apart, so the default made start refusals and sensor_stale stops these tests did not ask for;
-#: and a 10 s link timeout, the heartbeat thread being as late (the watchdog has its own tests)
+#: and a 10 s link timeout, the heartbeat thread being as late, and a 2 s stall limit, a tick 0.102 s late having
+#: stopped an approach (the watchdog, staleness and the stall stop have their own tests)
 STALE_S = 2.0
 VISION_ON = {"video": {"enabled": True}, "vision": {"enabled": True},
-             "safety": {"sensor_stale_s": STALE_S, "command_timeout_s": 10.0}}
+             "safety": {"sensor_stale_s": STALE_S, "command_timeout_s": 10.0}, "loop": {"max_stall_s": 2.0}}
 VISION_RULE = {"name": "vision_floor", "channel": "vision_clear_m", "below": 0.3, "when": "running", "category": 0,
                "message": "the floor ahead looks blocked"}
 
