@@ -15,6 +15,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,9 +67,11 @@ def port_free(host: str, port: int) -> bool:
         return True
 
 
-#: every ServerProc made during the current test (cleared before each): their output's tail is attached to a
-#: failing test's report, so that a flake in CI says what the server saw
+#: every ServerProc made during the current test (cleared before each), and every one still running (a module's
+#: shared server): their output's tail is attached to a failing test's report, so a flake in CI says what the
+#: server saw
 _SERVERS: list["ServerProc"] = []
+_LIVE: "weakref.WeakSet[ServerProc]" = weakref.WeakSet()
 
 _LISTENING = re.compile(r"teleop listening on http://\S+?:(\d+)")
 
@@ -85,6 +88,7 @@ class ServerProc:
         self.output: list[str] = []
         self._ready = threading.Event()
         _SERVERS.append(self)  # its log goes into the report of a test that fails (pytest_runtest_makereport)
+        _LIVE.add(self)
 
     @property
     def url(self) -> str:
@@ -312,7 +316,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     if report.failed:
-        for n, srv in enumerate(list(_SERVERS)):
+        alive = [srv for srv in list(_LIVE) if srv not in _SERVERS and srv.proc is not None and srv.proc.poll() is None]
+        for n, srv in enumerate([*_SERVERS, *alive]):
             tail = "".join(srv.output[-80:])
             if tail:
                 report.sections.append((f"{srv.what} {n} log (last 80 lines)", tail))

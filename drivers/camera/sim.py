@@ -20,7 +20,8 @@ frames), ``time_strip`` (true: the capture time as blocks in the bottom rows, dr
 :class:`sim.camera_h264.H264Sensor`, the stand-in for a camera's hardware encoder, and handed on by
 :meth:`last_packet`, so the gateway sends it without re-encoding; keyframes on :meth:`request_keyframe`).
 
-With ``render_process`` the picture is drawn in a separate process: rendering is
+With ``render_process`` the picture is drawn in a separate process (started by the second read; the
+first, the capture's check at start-up, and those until it is ready are drawn in-thread): rendering is
 numpy work that holds the GIL for a few milliseconds per frame, and in the
 server's process that time is taken from the control-loop thread (measured:
 1 kHz deadlines met fell from 100 % to 99.6 % with the renderer in a thread). The
@@ -41,6 +42,10 @@ from drivers.camera import strip
 from drivers.camera.base import CameraError, CameraSettings, CameraSource
 from sim.camera import CameraIntrinsics, CameraMount, render
 from sim.world import World
+
+
+#: the render process imports numpy and cv2: about a second on a loaded machine
+WORKER_START_S = 30.0
 
 
 class SimCamera(CameraSource):
@@ -77,6 +82,8 @@ class SimCamera(CameraSource):
         self.render_process = bool(table.get("render_process", True))
         self._worker: mp.process.BaseProcess | None = None
         self._conn = None
+        self._worker_ready = False
+        self._worker_started_t = 0.0
         self.format = str(table.get("format", "bgr"))
         self._sensor = None  # format "h264": the camera's encoder
         self._packet: tuple[bytes, bool] | None = None
@@ -110,8 +117,6 @@ class SimCamera(CameraSource):
     def _open(self) -> None:
         self._intrinsics = self._make_intrinsics(self._settings)
         self.frame_no = 0
-        if self.render_process:
-            self._start_worker()
         if self.format == "h264":
             self._start_sensor()
 
@@ -133,6 +138,7 @@ class SimCamera(CameraSource):
             self._sensor.request_keyframe()
 
     def _start_worker(self) -> None:
+        """Start the render process; it says "ready" once its imports are done (:meth:`_remote`)."""
         # "spawn": forking a process that runs threads (control loop, event loop) is unsafe
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
@@ -142,19 +148,40 @@ class SimCamera(CameraSource):
         self._worker.start()
         child.close()
         self._conn = parent
-        if not parent.poll(30.0):  # imports numpy and cv2: about a second on a loaded machine
+        self._worker_ready = False
+        self._worker_started_t = time.monotonic()
+
+    def _remote(self):
+        """The render process's pipe once it is ready, else None (frames are drawn here meanwhile)."""
+        conn = self._conn
+        if conn is None or self._worker_ready:
+            return conn
+        try:
+            if conn.poll(0):
+                conn.recv()  # "ready"
+                self._worker_ready = True
+                return conn
+        except (EOFError, OSError) as err:
             self._stop_worker()
-            raise CameraError("sim camera: the render process did not start within 30 s")
-        parent.recv()  # "ready"
+            raise CameraError(f"sim camera: the render process died while starting: {err}") from err
+        if time.monotonic() - self._worker_started_t > WORKER_START_S:
+            self._stop_worker()
+            raise CameraError(f"sim camera: the render process did not start within {WORKER_START_S:g} s")
+        return None
 
     def _read(self) -> tuple[np.ndarray, float]:
+        # the render process starts with the second read: the first is the capture's check that the camera works
+        # (at every server start), and a camera nobody watches then costs no interpreter importing numpy and cv2;
+        # until the process is ready (~1 s) frames are drawn in this thread
+        if self.render_process and self._conn is None and self.frame_no > 0:
+            self._start_worker()
         try:
             pose = self.pose_fn()
         except Exception as err:  # noqa: BLE001 - a broken pose source is a camera failure, not a crash
             raise CameraError(f"sim camera: pose unavailable: {err}") from err
         t = self.clock()  # the pose is the instant the picture shows
         t_sim = float(pose.get("t", self.frame_no / self._settings.fps))
-        if self._conn is not None:
+        if self._remote() is not None:
             frame = self._render_remote(dict(pose), t_sim)
         else:
             frame = render(self.world, pose, self._intrinsics, t_sim, self.frame_no, self.rng, mount=self.mount,
@@ -183,6 +210,7 @@ class SimCamera(CameraSource):
     def _stop_worker(self) -> None:
         conn, self._conn = self._conn, None
         worker, self._worker = self._worker, None
+        self._worker_ready = False
         if conn is not None:
             try:
                 conn.send(None)

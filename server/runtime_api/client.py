@@ -156,7 +156,8 @@ class RuntimeClient:
                 transport, conn = await loop.create_unix_connection(_Connection, self.socket_path)
             except OSError:
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                # before the first connection the runtime is starting beside this gateway: look often
+                delay = min(delay * 2, 1.0 if self.connects else 0.1)
                 continue
             try:
                 await self._session(transport, conn)

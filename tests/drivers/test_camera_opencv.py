@@ -18,6 +18,7 @@ from drivers.camera.opencv import OpenCvCamera
 from drivers.camera.sim import SimCamera
 from drivers.registry import camera_class
 from sim.world import World
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -159,6 +160,12 @@ def test_sim_camera_render_process_draws_the_same_picture() -> None:
                         clock=lambda: 100.0)  # one capture time: the time strips match too
         cam.open()
         try:
+            cam.read()  # the first read (the capture's check at start-up) is drawn here: no process yet
+            assert cam._worker is None
+            if remote:  # the second starts the process; frames are drawn here until it is ready
+                wait_until(lambda: cam.read() is not None and cam._worker_ready, 30, "the render process ready")
+                assert cam._worker is not None and cam._worker.is_alive()
+            cam.frame_no = 7  # the overlay shows the frame number: the same in both
             frames.append(cam.read()[0])
             assert (cam._worker is not None) is remote
         finally:

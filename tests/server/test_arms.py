@@ -19,7 +19,10 @@ pytestmark = pytest.mark.timeout(120)
 
 SCARA_CFG = "config/scara-sim.toml"
 STEWART_CFG = "config/stewart-sim.toml"
-LONG_LINK = {"safety": {"command_timeout_s": 60.0}}
+# the arm's commands and refusals are under test here, not the watchdogs (tests/server/test_stop_paths.py,
+# test_stale_sensors.py, test_lifecycle.py): on a loaded machine a tick or a reading can be late by more than the
+# arm's 0.1 s stall and 0.5 s staleness limits, an e-stop these tests did not ask for
+LONG_LINK = {"safety": {"command_timeout_s": 60.0, "sensor_stale_s": 2.0}, "loop": {"max_stall_s": 2.0}}
 BEHIND = Scara(0.3, 0.2).forward((math.radians(175.0), math.radians(60.0)))
 
 
@@ -176,7 +179,7 @@ def test_scara_program_route_gives_the_faulhaber_sequence_line_by_line(scara) ->
 def test_a_rule_breach_in_the_telemetry_estops_the_arm(server_factory) -> None:
     # a safety zone narrower than the joint limits: joint 1 may not pass 0.5 rad (the rule, not the controller)
     zone = {"name": "q1_zone", "channel": "q1_rad", "above": 0.5, "message": "joint 1 left its zone"}
-    srv = server_factory({**LONG_LINK, "safety": {"command_timeout_s": 60.0, "rules": [zone]}}, config=SCARA_CFG)
+    srv = server_factory({**LONG_LINK, "safety": {**LONG_LINK["safety"], "rules": [zone]}}, config=SCARA_CFG)
     rules = [r["name"] for r in srv.get("/api/robot")[1]["safety"]["rules"]]
     assert rules[0] == "q1_zone" and "q1_at_limit" in rules and "q2_above_limit" in rules
     srv.post("/api/start")
