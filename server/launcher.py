@@ -222,9 +222,8 @@ def check_trust(profile: Profile, host: str) -> str:
     """The ``[auth]`` checks the gateway would fail, made before anything listens; returns the
     start-up notice (local mode and how to add users, or how many users)."""
     from server.gateway.auth.net import BindRefused, check_bind
-    from server.gateway.auth.service import startup_notice
     from server.gateway.auth.tls import TlsError, ssl_context
-    from server.gateway.auth.users import UsersFileError, UserStore
+    from server.gateway.auth.users import UsersFileError, UserStore, startup_notice
 
     users = UserStore(profile.auth.users_file)
     try:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -38,9 +39,13 @@ def deep_merge(base: dict, over: dict) -> dict:
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, message: str = "condition",
-               interval_s: float = 0.01) -> Any:
-    """Poll ``predicate`` until it returns a truthy value (returned) or fail after ``timeout_s``."""
+               interval_s: float | None = None) -> Any:
+    """Poll ``predicate`` until it returns a truthy value (returned) or fail after ``timeout_s``.
+
+    Every ``interval_s`` when given; by default every 10 ms at first, slowing to every 50 ms (a poll is
+    usually an HTTP request: at 100 Hz for a wait of seconds, client and server spent ~7 % of a core on it)."""
     deadline = time.monotonic() + timeout_s
+    step = 0.01 if interval_s is None else interval_s
     last_exc: BaseException | None = None
     while True:
         try:
@@ -52,7 +57,9 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, message: s
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {message}"
                                  + (f" (last error: {last_exc!r})" if last_exc else ""))
-        time.sleep(interval_s)
+        time.sleep(step)
+        if interval_s is None:
+            step = min(step * 1.5, 0.05)
 
 
 def port_free(host: str, port: int) -> bool:
@@ -303,13 +310,24 @@ def _module_tier(path: Path) -> str:
 _LINK_FIXTURES = ("link_factory", "linked_server", "operator_browser")
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that ended (servers, browsers, tools: each is waited for)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     _SERVERS.clear()
+    cpu_log = os.environ.get("TELEOP_TEST_CPU")  # where the suite's CPU goes (docs/development.md)
+    t0, c0 = time.monotonic(), _cpu_s() if cpu_log else 0.0
     try:
         return (yield)
     finally:
         _SERVERS.clear()
+        if cpu_log:  # a module's shared server ends in its last test's teardown: counted there
+            with open(cpu_log, "a") as f:
+                f.write(f"{item.nodeid}\t{time.monotonic() - t0:.2f}\t{_cpu_s() - c0:.2f}\n")
 
 
 @pytest.hookimpl(wrapper=True)

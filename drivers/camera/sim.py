@@ -46,6 +46,8 @@ from sim.world import World
 
 #: the render process imports numpy and cv2: about a second on a loaded machine
 WORKER_START_S = 30.0
+#: how long a read waits for the simulator's first pose
+POSE_WAIT_S = 10.0
 
 
 class SimCamera(CameraSource):
@@ -175,10 +177,7 @@ class SimCamera(CameraSource):
         # until the process is ready (~1 s) frames are drawn in this thread
         if self.render_process and self._conn is None and self.frame_no > 0:
             self._start_worker()
-        try:
-            pose = self.pose_fn()
-        except Exception as err:  # noqa: BLE001 - a broken pose source is a camera failure, not a crash
-            raise CameraError(f"sim camera: pose unavailable: {err}") from err
+        pose = self._pose()
         t = self.clock()  # the pose is the instant the picture shows
         t_sim = float(pose.get("t", self.frame_no / self._settings.fps))
         if self._remote() is not None:
@@ -193,6 +192,22 @@ class SimCamera(CameraSource):
         if self._sensor is not None:
             self._packet = self._sensor.encode(frame, t)
         return frame, t
+
+    def _pose(self) -> Mapping[str, float]:
+        """The robot's pose now; until the simulator has sent one (the gateway's camera opens as it connects to the
+        runtime) this waits, as a real camera's first frame takes a moment: a picture from a made-up pose showed
+        vision the wrong marker at start-up."""
+        deadline = time.monotonic() + POSE_WAIT_S
+        while True:
+            try:
+                pose = self.pose_fn()
+            except Exception as err:  # noqa: BLE001 - a broken pose source is a camera failure, not a crash
+                raise CameraError(f"sim camera: pose unavailable: {err}") from err
+            if "x" in pose and "y" in pose:
+                return pose
+            if time.monotonic() > deadline:
+                raise CameraError(f"sim camera: the robot's pose is not known (none within {POSE_WAIT_S:g} s)")
+            time.sleep(0.01)
 
     def _render_remote(self, pose: dict[str, float], t_sim: float) -> np.ndarray:
         intr = self._intrinsics

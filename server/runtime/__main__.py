@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile = load_config(args.config, overrides=parse_overrides(args.set), tables=RUNTIME_TABLES)
         from server.runtime.robot import Robot
+        from server.runtime.timing import raise_priority
+
+        if profile.loop.realtime:  # before any thread starts: they inherit it (runtime/timing.py)
+            raise_priority()
 
         robot = Robot(profile)
     except ConfigError as err:

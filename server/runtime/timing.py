@@ -10,7 +10,9 @@ Why each piece (measured on this kind of 2-core VM, notes/performance.md §1):
 * **Sleep, then spin the last ``spin_s``** (:meth:`Schedule.wait`): ``time.sleep`` alone wakes
   ~90 µs late at p50; with a 200 µs busy-wait tail the p50 is under 1 µs.
 * **SCHED_FIFO and a 0.5 ms GIL switch interval** (:func:`try_realtime`): at normal priority the
-  GIL's 5 ms switch interval pushes the p99 to 0.3–1 ms under load; with both, 2.5 µs.
+  GIL's 5 ms switch interval pushes the p99 to 0.3–1 ms under load; with both, 2.5 µs. The runtime's
+  other threads run at niceness -10 (:func:`raise_priority`): one that holds the GIL must get a CPU
+  soon, or the control thread waits for it.
 * **Garbage collection in the slack** (:class:`GcPolicy`): a full collection of the start-up
   heap took ~10 ms, ten periods at 1 kHz; frozen after start-up it is never scanned again, and
   the young generation is collected after a tick that left at least half a period.
@@ -123,6 +125,28 @@ class LoopStats:
         }
 
 
+#: the niceness of the runtime's other threads (the event loop that publishes and answers the gateway)
+RUNTIME_NICE = -10
+
+
+def raise_priority(nice: int = RUNTIME_NICE) -> str:
+    """Give the calling thread, and every thread it starts afterwards, niceness ``nice``; returns what was granted.
+
+    The control thread runs SCHED_FIFO, but it needs the GIL, and a GIL held by the runtime's event-loop thread
+    is released only when that thread runs again: at normal priority on a machine busy with other work (a
+    browser, a video encoder, a test suite's other servers) it waited in the run queue with the GIL for over
+    0.1 s, and the loop stopped the robot for a stall (``loop.max_stall_s``). At niceness -10 it runs again
+    within a few milliseconds."""
+    if not hasattr(os, "setpriority"):
+        return "unsupported"
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)  # Linux: the calling thread; threads started later inherit it
+    except (PermissionError, OSError) as err:
+        log.info("the runtime keeps normal priority (niceness %d refused: %s)", nice, err.strerror or err)
+        return f"normal (niceness {nice} refused)"
+    return f"nice {nice}"
+
+
 def try_realtime(priority: int = 50) -> str:
     """Ask for SCHED_FIFO for the calling thread; returns what was granted."""
     if not hasattr(os, "sched_setscheduler"):
@@ -218,4 +242,5 @@ class GcPolicy:
         return -1
 
 
-__all__ = ["GcPolicy", "JITTER_BUCKETS_US", "JITTER_WINDOW", "LoopStats", "Schedule", "percentiles", "try_realtime"]
+__all__ = ["GcPolicy", "JITTER_BUCKETS_US", "JITTER_WINDOW", "LoopStats", "RUNTIME_NICE", "Schedule", "percentiles",
+           "raise_priority", "try_realtime"]

@@ -149,6 +149,10 @@ def test_the_docs_example_passes_the_contract_over_tcp(linebot, tmp_path) -> Non
         _LINEBOT.update(bot=bot, runner=runner)
         host, port = runner.url.split(":")[1:]
         profile = example("linebot.toml").replace('"socket://192.168.4.1:5000"', f'"socket://{host}:{port}"')
+        # the robot is a thread of this process: on a loaded machine its telemetry comes late, and the example's
+        # 0.5 s staleness limit failed checks that are not about it (the timeout fault has its own check)
+        assert "\nstale_s = 0.5" in profile
+        profile = profile.replace("\nstale_s = 0.5", "\nstale_s = 2.0")
         config = tmp_path / "linebot.toml"
         config.write_text(profile)
         rc, report = check("linebot", "--config", str(config), "--faults", f"{__name__}:linebot_faults")
@@ -196,7 +200,9 @@ def test_the_firmata_driver_passes_over_a_pty(tmp_path) -> None:
     with PtyRunner(board, "firmata") as runner:
         _FIRMATA.update(board=board, runner=runner)
         config = tmp_path / "firmata.toml"
-        config.write_text(tomli_w.dumps({"driver": {**FIRMATA_TABLE, "port": runner.port, "stale_s": 0.3}}))
+        # the emulator is a thread of this process: on a loaded machine its frames come late, and a 0.3 s
+        # staleness limit failed contract checks that are not about it (the timeout fault has its own check)
+        config.write_text(tomli_w.dumps({"driver": {**FIRMATA_TABLE, "port": runner.port, "stale_s": 2.0}}))
         rc, report = check("firmata", "--config", str(config), "--faults", f"{__name__}:firmata_faults")
     assert rc == 0, report
     assert "FAIL" not in statuses(report).values()

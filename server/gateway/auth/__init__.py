@@ -13,14 +13,39 @@ The gateway needs only this surface (``docs/security.md`` says why each piece is
 - :func:`server.gateway.auth.cli.main` — ``python -m server users add|passwd|role|remove|list``.
 """
 
-from server.gateway.auth.config import AuthConfig
-from server.gateway.auth.errors import AuthError
-from server.gateway.auth.lease import Lease, LeaseChange
-from server.gateway.auth.net import BindRefused, check_bind, is_local_network
-from server.gateway.auth.permissions import PermissionTable, Role, Rule, default_permissions
-from server.gateway.auth.service import AUTH_KEY, AuthService, Principal
-from server.gateway.auth.setup import setup_auth
-from server.gateway.auth.users import UsersFileError
+from typing import TYPE_CHECKING
+
+from server.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from server.gateway.auth.config import AuthConfig
+    from server.gateway.auth.errors import AuthError
+    from server.gateway.auth.lease import Lease, LeaseChange
+    from server.gateway.auth.net import BindRefused, check_bind, is_local_network
+    from server.gateway.auth.permissions import PermissionTable, Role, Rule, default_permissions
+    from server.gateway.auth.service import AUTH_KEY, AuthService, Principal
+    from server.gateway.auth.setup import setup_auth
+    from server.gateway.auth.users import UsersFileError
+
+# imported on first use (server/lazy.py): loading a profile reads this package's settings class only
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "AuthConfig": "config",
+    "AuthError": "errors",
+    "Lease": "lease",
+    "LeaseChange": "lease",
+    "BindRefused": "net",
+    "check_bind": "net",
+    "is_local_network": "net",
+    "PermissionTable": "permissions",
+    "Role": "permissions",
+    "Rule": "permissions",
+    "default_permissions": "permissions",
+    "AUTH_KEY": "service",
+    "AuthService": "service",
+    "Principal": "service",
+    "setup_auth": "setup",
+    "UsersFileError": "users",
+})
 
 __all__ = [
     "AUTH_KEY", "AuthConfig", "AuthError", "AuthService", "BindRefused", "Lease",

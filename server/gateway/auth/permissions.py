@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from aiohttp import web
+if TYPE_CHECKING:  # annotations only: the launcher reads Role (through users.py) without loading aiohttp
+    from aiohttp import web
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 

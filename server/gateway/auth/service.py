@@ -51,7 +51,7 @@ from server.gateway.auth.lease import Lease, LeaseChange
 from server.gateway.auth.permissions import STATE_CHANGING, PermissionTable, Role, Rule
 from server.gateway.auth.ratelimit import LoginLimiter
 from server.gateway.auth.sessions import Session, SessionStore
-from server.gateway.auth.users import UserStore
+from server.gateway.auth.users import UserStore, startup_notice
 from server.gateway.observability.health import HEALTH
 
 log = logging.getLogger(__name__)
@@ -90,14 +90,6 @@ class Principal:
 # typed request storage where aiohttp has it (3.12+), a namespaced string before
 PRINCIPAL_KEY = web.RequestKey("teleop_principal", Principal) if hasattr(web, "RequestKey") \
     else "teleop.auth.principal"
-
-
-def startup_notice(users: UserStore) -> str:
-    """Local mode and how to leave it, or how many users may log in."""
-    if not users.configured:
-        return (f"local mode: no user in {users.path}; only this machine may connect, as admin. "
-                "Add a user to allow others: python -m server users add NAME --role admin")
-    return f"login required: {len(users.names())} user(s) in {users.path}"
 
 
 class AuthService:

@@ -422,3 +422,12 @@ class UserStore:
         if user.totp_secret is None:
             return None
         return pyotp.TOTP(user.totp_secret).provisioning_uri(name=user.name, issuer_name=OTP_ISSUER)
+
+
+def startup_notice(users: UserStore) -> str:
+    """Local mode and how to leave it, or how many users may log in (the start-up line of the launcher and the
+    gateway)."""
+    if not users.configured:
+        return (f"local mode: no user in {users.path}; only this machine may connect, as admin. "
+                "Add a user to allow others: python -m server users add NAME --role admin")
+    return f"login required: {len(users.names())} user(s) in {users.path}"

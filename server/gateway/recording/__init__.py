@@ -5,11 +5,30 @@ The gateway owns one :class:`Recorder`; its ``record_*`` methods only enqueue. R
 (:class:`ReplaySource`) work on the files, with or without a recorder running.
 """
 
-from server.gateway.recording.config import RecordingConfig, load_recording_config
-from server.gateway.recording.reader import Recording, RecordingError, list_recordings, recent_events
-from server.gateway.recording.recorder import Recorder
-from server.gateway.recording.recovery import recover_directory, recover_file
-from server.gateway.recording.replay import ReplaySource
+from typing import TYPE_CHECKING
+
+from server.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from server.gateway.recording.config import RecordingConfig, load_recording_config
+    from server.gateway.recording.reader import Recording, RecordingError, list_recordings, recent_events
+    from server.gateway.recording.recorder import Recorder
+    from server.gateway.recording.recovery import recover_directory, recover_file
+    from server.gateway.recording.replay import ReplaySource
+
+# imported on first use (server/lazy.py): loading a profile reads this package's settings class only
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "RecordingConfig": "config",
+    "load_recording_config": "config",
+    "Recording": "reader",
+    "RecordingError": "reader",
+    "list_recordings": "reader",
+    "recent_events": "reader",
+    "Recorder": "recorder",
+    "recover_directory": "recovery",
+    "recover_file": "recovery",
+    "ReplaySource": "replay",
+})
 
 __all__ = [
     "Recorder", "RecordingConfig", "load_recording_config", "Recording", "RecordingError", "list_recordings",

@@ -6,8 +6,23 @@ viewers.py, routes.py, h264_ws.py (JPEG and H.264 over the websocket, MJPEG, sna
 ratecontrol.py steers each encoded viewer; the WebRTC transport is :mod:`server.gateway.webrtc`.
 """
 
-from server.gateway.video.routes import VIDEO_KEY, setup_video
-from server.gateway.video.service import VideoService, camera_factory
-from server.gateway.video.settings import VideoConfig, validate_video_settings
+from typing import TYPE_CHECKING
+
+from server.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from server.gateway.video.routes import VIDEO_KEY, setup_video
+    from server.gateway.video.service import VideoService, camera_factory
+    from server.gateway.video.settings import VideoConfig, validate_video_settings
+
+# imported on first use (server/lazy.py): loading a profile reads this package's settings class only
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "VIDEO_KEY": "routes",
+    "setup_video": "routes",
+    "VideoService": "service",
+    "camera_factory": "service",
+    "VideoConfig": "settings",
+    "validate_video_settings": "settings",
+})
 
 __all__ = ["VIDEO_KEY", "VideoConfig", "VideoService", "camera_factory", "setup_video", "validate_video_settings"]

@@ -5,12 +5,34 @@ the service's ``frame_listeners`` (latest frame wins); its channels go to the ru
 through the runtime API and its marker overlays to the dashboard.
 """
 
-from server.gateway.vision.camera import CameraModel
-from server.gateway.vision.config import MarkerEntry, VisionConfig, markers_from_world, parse_vision_config
-from server.gateway.vision.floor import FloorCue, FloorReading
-from server.gateway.vision.markers import MarkerDetection, MarkerDetector
-from server.gateway.vision.pipeline import VisionPipeline, VisionResult, camera_from_config
-from server.gateway.vision.worker import VisionWorker
+from typing import TYPE_CHECKING
+
+from server.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from server.gateway.vision.camera import CameraModel
+    from server.gateway.vision.config import MarkerEntry, VisionConfig, markers_from_world, parse_vision_config
+    from server.gateway.vision.floor import FloorCue, FloorReading
+    from server.gateway.vision.markers import MarkerDetection, MarkerDetector
+    from server.gateway.vision.pipeline import VisionPipeline, VisionResult, camera_from_config
+    from server.gateway.vision.worker import VisionWorker
+
+# imported on first use (server/lazy.py): loading a profile reads this package's settings class only
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "CameraModel": "camera",
+    "MarkerEntry": "config",
+    "VisionConfig": "config",
+    "markers_from_world": "config",
+    "parse_vision_config": "config",
+    "FloorCue": "floor",
+    "FloorReading": "floor",
+    "MarkerDetection": "markers",
+    "MarkerDetector": "markers",
+    "VisionPipeline": "pipeline",
+    "VisionResult": "pipeline",
+    "camera_from_config": "pipeline",
+    "VisionWorker": "worker",
+})
 
 __all__ = [
     "CameraModel", "FloorCue", "FloorReading", "MarkerDetection", "MarkerDetector", "MarkerEntry", "VisionConfig",

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Iterable, Mapping
 
-import cv2
 import msgspec
 from msgspec import Meta
 
@@ -75,10 +74,15 @@ class VisionConfig(Table):
     floor_scale: Annotated[int, Meta(ge=1, le=8)] = 4  # the cue works on an image this many times smaller
 
     def __post_init__(self) -> None:
-        if not isinstance(getattr(cv2.aruco, self.dictionary, None), int) or not self.dictionary.startswith("DICT_"):
-            raise ValueError(f"dictionary {self.dictionary!r} is not an OpenCV ArUco dictionary "
-                             "(e.g. DICT_4X4_50, DICT_APRILTAG_36h11)")
-        n_ids = len(cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, self.dictionary)).bytesList)
+        if self.dictionary == "DICT_4X4_50" and all(m.id < 50 for m in self.markers):
+            n_ids = 50  # the default, known: a profile without markers of its own loads without OpenCV (~0.2 s)
+        else:
+            import cv2
+
+            if not isinstance(getattr(cv2.aruco, self.dictionary, None), int) or not self.dictionary.startswith("DICT_"):
+                raise ValueError(f"dictionary {self.dictionary!r} is not an OpenCV ArUco dictionary "
+                                 "(e.g. DICT_4X4_50, DICT_APRILTAG_36h11)")
+            n_ids = len(cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, self.dictionary)).bytesList)
         seen = set()
         for m in self.markers:
             if m.id >= n_ids:

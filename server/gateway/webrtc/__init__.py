@@ -5,7 +5,18 @@ and the encoded track) → commands.py (the one adapter to the command path); co
 ``[webrtc]`` table, ice.py the candidate addresses. docs/video.md describes the transport.
 """
 
-from server.gateway.webrtc.config import WebRtcConfig
-from server.gateway.webrtc.signalling import setup_webrtc
+from typing import TYPE_CHECKING
+
+from server.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from server.gateway.webrtc.config import WebRtcConfig
+    from server.gateway.webrtc.signalling import setup_webrtc
+
+# imported on first use (server/lazy.py): loading a profile reads this package's settings class only
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "WebRtcConfig": "config",
+    "setup_webrtc": "signalling",
+})
 
 __all__ = ["WebRtcConfig", "setup_webrtc"]

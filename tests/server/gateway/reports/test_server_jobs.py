@@ -164,7 +164,10 @@ async def test_job_limits_one_job_per_question_and_answers_cached_per_file(logge
         assert [s for s, _b, _r in answers] == [200] * 4
         assert all(b == answers[0][1] for _s, b, _r in answers) and len(answers[0][1]["events"]) == 5
         after = await get_jobs(c, vera)
-        assert after["completed"] == before["completed"] + 1 and after["joined"] == before["joined"] + 3
+        # the other three joined the running job, or (a request that reached the server after the job ended: a
+        # loaded machine sends "at once" a few milliseconds apart) were answered from its cached answer
+        assert after["completed"] == before["completed"] + 1
+        assert (after["joined"] - before["joined"]) + (after["hits"] - before["hits"]) == 3, (before, after)
         # asked again: answered from the cache, no job
         assert (await c.request("GET", f"{url}/events", vera))[1] == answers[0][1]
         cached = await get_jobs(c, vera)
