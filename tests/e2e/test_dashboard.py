@@ -200,9 +200,11 @@ def test_estop_goes_over_http_when_the_socket_cannot_carry_it(dashboard_server, 
     server = dashboard_server()
     dash = open_dashboard(server)
     dash.click_start()
-    # the socket takes nothing more (as if it had just died): the button's second path is POST /api/estop,
-    # sent at once through api.js (under login with the page's token, which the teardown checks)
-    dash.js("() => { window.teleop.session.send = () => false; }")
+    # the socket cannot carry the e-stop (as if it had just died): the button's second path is POST /api/estop,
+    # sent at once through api.js (under login with the page's token, which the teardown checks). Heartbeats still
+    # go: with none, the link-loss stop (0.5 s) latched first on a loaded machine, and the cause was not the button's
+    dash.js("""() => { const s = window.teleop.session, send = s.send.bind(s);
+                       s.send = (msg) => msg.type === "estop" ? false : send(msg); }""")
     dash.page.click("#estop")
     wait_for(lambda: server_state(server)["state"] == "estop", 5.0, "the HTTP e-stop to latch")
     # the e-stop latches before its body is read; the reason follows (server/gateway/commands.py, note_reason)

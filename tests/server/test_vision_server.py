@@ -195,7 +195,7 @@ def test_go_to_marker_over_the_telemetry_websocket(server_factory) -> None:
         replies = []
         async with aiohttp.ClientSession() as http, http.ws_connect(srv.ws_url + "/ws/telemetry") as ws:
             for msg in ({"type": "go_to_marker", "id": 1, "marker_id": 3},
-                        {"type": "go_to_marker", "id": 2, "marker_id": 0, "standoff_m": 2.0}):
+                        {"type": "go_to_marker", "id": 2, "marker_id": 0, "standoff_m": 2.0, "lost_s": 5.0}):
                 await ws.send_str(json.dumps(msg))
                 async with asyncio.timeout(10):
                     while True:
