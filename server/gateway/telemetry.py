@@ -145,21 +145,23 @@ class TelemetryClient(LatestWriter[Frames]):
     def closed(self) -> bool:
         return self._aborted or self.ws.closed
 
-    async def flush_then_close(self, timeout_s: float) -> None:
-        """Give the writer up to ``timeout_s`` to send what is queued (the final snapshot), then close."""
+    async def flush_then_close(self, timeout_s: float, code: int = WSCloseCode.GOING_AWAY,
+                               message: bytes = b"server shutdown") -> None:
+        """Give the writer up to ``timeout_s`` to send what is queued (the final snapshot, the error that says why
+        the socket closes), then close."""
         try:
             await asyncio.wait_for(self.drained.wait(), timeout_s)
         except asyncio.TimeoutError:
             pass
-        await self.close_going_away()
+        await self.close_going_away(code, message)
 
-    async def close_going_away(self) -> None:
-        """Stop the writer first (no frame may interleave with the close frame), then close with 1001."""
+    async def close_going_away(self, code: int = WSCloseCode.GOING_AWAY, message: bytes = b"server shutdown") -> None:
+        """Stop the writer first (no frame may interleave with the close frame), then close (1001 by default)."""
         task, self.task = self.task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        await self.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+        await self.ws.close(code=code, message=message)
 
     def subscribe(self, sub: Subscription) -> None:
         """Use ``sub`` from the next snapshot on: the schedule restarts and a delta stream starts with a keyframe."""

@@ -80,7 +80,9 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
                     if bucket.flooding:
                         log.warning("telemetry client %s keeps flooding (%d refused): closing it", client.peer,
                                     bucket.refused)
-                        await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"rate limit exceeded")
+                        # the rate_limited error already queued goes first (a loaded server's writer had not sent
+                        # it when the close frame went), for at most a second: a flooder may not read at all
+                        await client.flush_then_close(1.0, WSCloseCode.POLICY_VIOLATION, b"rate limit exceeded")
                         break
                     now = time.monotonic()
                     if now - last_refusal_reply >= 0.1:  # one reply per 100 ms, carrying the count

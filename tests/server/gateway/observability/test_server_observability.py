@@ -33,8 +33,12 @@ def test_metrics_are_prometheus_text_fed_by_the_runtime_and_the_gateway(server_f
     srv = server_factory({"recording": {"dir": str(tmp_path / "rec"), "always_on": True}})
     with connect(srv.ws_url + "/ws/telemetry") as ws:
         ws.recv(5)
+        # the loop's histogram comes with the runtime's periodic loop_stats, not at once (a loaded machine scraped
+        # before the first)
         m = wait_for(lambda: (s := scrape(srv)).get(("teleop_clients", (("kind", "telemetry"),))) == 1
-                     and ("teleop_recorder_recording", ()) in s and s, 10, "the client and the recorder counted")
+                     and ("teleop_recorder_recording", ()) in s
+                     and ("teleop_loop_jitter_seconds_bucket", (("le", "+Inf"),)) in s and s, 10,
+                     "the client, the recorder and the loop's histogram counted")
     assert m[("teleop_state", (("teleop_state", "idle"),))] == 1
     assert m[("teleop_loop_rate_hertz", ())] == 100.0
     ticks = m[("teleop_loop_ticks_total", ())]
