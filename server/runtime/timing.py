@@ -134,9 +134,10 @@ def raise_priority(nice: int = RUNTIME_NICE) -> str:
 
     The control thread runs SCHED_FIFO, but it needs the GIL, and a GIL held by the runtime's event-loop thread
     is released only when that thread runs again: at normal priority on a machine busy with other work (a
-    browser, a video encoder, a test suite's other servers) it waited in the run queue with the GIL for over
-    0.1 s, and the loop stopped the robot for a stall (``loop.max_stall_s``). At niceness -10 it runs again
-    within a few milliseconds."""
+    browser, a video encoder, a test suite's other servers) it can wait in the run queue with the GIL, and the
+    loop stops the robot for a stall (``loop.max_stall_s``). At niceness -10 it is ahead of ordinary programs.
+    It narrows the window, it does not close it: a machine loaded far past its cores (three test workers and a
+    browser benchmark beside them) still saw ticks 0.13-0.16 s late."""
     if not hasattr(os, "setpriority"):
         return "unsupported"
     try:
