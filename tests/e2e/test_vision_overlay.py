@@ -10,8 +10,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 # sensor_stale_s: on a loaded machine (two cores, a browser, other suites) the pipeline's results can age past
 # the profile's 0.5 s, and go_to_marker then answers `unavailable` (stale vision) before any refusal these
-# tests are about; nothing here tests the staleness limit itself
-VISION = {"video": {"enabled": True, "fps": 10}, "vision": {"enabled": True}, "safety": {"sensor_stale_s": 2.0}}
+# tests are about; nothing here tests the staleness limit itself. command_timeout_s: the approach runs on the
+# page's heartbeats, and a late one on a loaded machine stopped it by link loss (nor is the watchdog tested here)
+VISION = {"video": {"enabled": True, "fps": 10}, "vision": {"enabled": True},
+          "safety": {"sensor_stale_s": 2.0, "command_timeout_s": 5.0}}
 MARKER_0 = "#video-panel .vp-vision g.vp-marker[data-id='0']:not([display])"
 
 

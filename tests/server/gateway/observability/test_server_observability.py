@@ -53,7 +53,9 @@ def test_metrics_are_prometheus_text_fed_by_the_runtime_and_the_gateway(server_f
 
     assert srv.post("/api/start")[0] == 200
     assert srv.post("/api/estop")[0] == 200
-    m = wait_for(lambda: (s := scrape(srv)).get(("teleop_state", (("teleop_state", "estop"),))) == 1 and s, 10,
+    # the state comes with the next snapshot, the stop's count with its event: wait for both
+    m = wait_for(lambda: (s := scrape(srv)).get(("teleop_state", (("teleop_state", "estop"),))) == 1
+                 and any(k[0] == "teleop_stops_total" and v for k, v in s.items()) and s, 10,
                  "the e-stop in the metrics")
     stops = {dict(k[1])["trigger"]: v for k, v in m.items() if k[0] == "teleop_stops_total"}
     assert sum(stops.values()) == 1, stops
