@@ -5,18 +5,22 @@ A package ``__init__`` that re-exports from its submodules makes every ``import 
 settings class from ``server.gateway.video.settings``, and through ``server/gateway/video/__init__``
 paid for aiohttp, the encoders and cv2 (0.7 s of CPU a server start, for the config alone). With
 ``lazy_exports`` the names stay where users import them from (``from server.gateway.video import
-setup_video``), resolved on first use (PEP 562); ``if TYPE_CHECKING:`` imports of the same names keep
-them visible to readers, type checkers and the import contracts::
+setup_video``), resolved on first use (PEP 562), and ``__all__`` is made from the same table::
 
-    __getattr__, __dir__ = lazy_exports(__name__, {"setup_video": "routes", "VideoConfig": "settings"})
+    __getattr__, __dir__, __all__ = lazy_exports(__name__, {"routes": ("setup_video",),
+                                                            "settings": ("VideoConfig",)})
+
+The package also imports the same names under ``if TYPE_CHECKING:`` so that readers, type checkers and
+the import contracts see them; ``tests/server/test_lazy_exports.py`` holds the two lists equal.
 
 >>> import sys, types
 >>> pkg = types.ModuleType("demo_pkg"); pkg.__path__ = []; sys.modules["demo_pkg"] = pkg
->>> getattr_, dir_ = lazy_exports("demo_pkg", {"dumps": "json"}, root="")
+>>> getattr_, dir_, all_ = lazy_exports("demo_pkg", {"json": ("dumps",)}, root="")
 >>> getattr_("dumps")({"a": 1})
 '{"a": 1}'
->>> "dumps" in dir_()
-True
+>>> "dumps" in dir_(), all_
+(True, ['dumps'])
+>>> del sys.modules["demo_pkg"]
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ import sys
 from typing import Any, Callable
 
 
-def lazy_exports(package: str, names: dict[str, str], *,
-                 root: str | None = None) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for ``package``: ``names`` maps each public name to the submodule
-    (relative to ``package``, or to ``root`` when given) it comes from."""
+def lazy_exports(package: str, modules: dict[str, tuple[str, ...]], *, root: str | None = None
+                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """``(__getattr__, __dir__, __all__)`` for ``package``: ``modules`` maps each submodule (relative to
+    ``package``, or to ``root`` when given) to the public names it gives."""
     base = package if root is None else root
+    names = {name: sub for sub, exported in modules.items() for name in exported}
+    if len(names) != sum(len(exported) for exported in modules.values()):
+        raise ValueError(f"{package}: a name exported from two submodules")
 
     def __getattr__(name: str) -> Any:
         sub = names.get(name)
@@ -43,7 +50,7 @@ def lazy_exports(package: str, names: dict[str, str], *,
     def __dir__() -> list[str]:
         return sorted({*vars(sys.modules[package]), *names})
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(names)
 
 
 __all__ = ["lazy_exports"]

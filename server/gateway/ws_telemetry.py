@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 MAX_WS_MESSAGE_BYTES = 256 * 1024
 #: a message longer than this closes the socket (1009), after the e-stop scan
 WS_CLOSE_BYTES = 4 * MAX_BODY_BYTES
+#: a client closed for flooding: how long its queued error may take to go (its frames still scanned for e-stops
+#: meanwhile), and the pause in its frames after which, the queue gone, it closes at once
+FLOOD_CLOSE_S = 1.0
+FLOOD_QUIET_S = 0.05
 #: linux/tcp.h (the socket module names it only from Python 3.12 on some builds)
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
 
@@ -80,9 +84,7 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
                     if bucket.flooding:
                         log.warning("telemetry client %s keeps flooding (%d refused): closing it", client.peer,
                                     bucket.refused)
-                        # the rate_limited error already queued goes first (a loaded server's writer had not sent
-                        # it when the close frame went), for at most a second: a flooder may not read at all
-                        await client.flush_then_close(1.0, WSCloseCode.POLICY_VIOLATION, b"rate limit exceeded")
+                        await close_for_flooding(app, ws, client, request, stream)
                         break
                     now = time.monotonic()
                     if now - last_refusal_reply >= 0.1:  # one reply per 100 ms, carrying the count
@@ -108,6 +110,33 @@ async def telemetry_ws(request: web.Request) -> web.StreamResponse:
         writer.cancel()
         syncer.cancel()
     return ws
+
+
+async def close_for_flooding(app: web.Application, ws: web.WebSocketResponse, client: TelemetryClient,
+                             request: web.Request, stream: CommandStream) -> None:
+    """Close a client that keeps flooding (1008). The rate_limited error already queued goes first (a loaded
+    server's writer had not sent it when the close frame went), for at most :data:`FLOOD_CLOSE_S`: a flooder may
+    not read at all. Until then its frames are still read and scanned: an e-stop among them latches (the e-stop
+    is never refused), anything else is dropped unparsed. The window ends early once the queue has gone and no
+    frame came for :data:`FLOOD_QUIET_S`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FLOOD_CLOSE_S
+    while (remaining := deadline - loop.time()) > 0:
+        try:
+            msg = await ws.receive(timeout=min(remaining, FLOOD_QUIET_S))
+        except asyncio.TimeoutError:
+            if client.drained.is_set():
+                break
+            continue
+        if msg.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+            break  # the client closed, or the connection failed: nothing more to read or to send
+        data: bytes = msg.data if isinstance(msg.data, bytes) else msg.data.encode()
+        if looks_like_estop(data):
+            reply, _close = await handle_ws_frame(app, data, msg.type == WSMsgType.BINARY, True, request, None,
+                                                  stream, client)
+            if reply is not None:
+                client.send_control(reply)
+    await client.close_going_away(WSCloseCode.POLICY_VIOLATION, b"rate limit exceeded")
 
 
 async def drive_sync(client: TelemetryClient) -> None:

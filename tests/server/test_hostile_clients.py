@@ -46,6 +46,11 @@ class RawWebSocket:
         self.status = int(head.split(b" ", 2)[1])
 
     def send_text(self, text: str) -> None:
+        self.sock.sendall(self.frame(text))
+
+    @staticmethod
+    def frame(text: str) -> bytes:
+        """A masked text frame (several of them joined go out in one write: no gap between them)."""
         payload = text.encode()
         mask = os.urandom(4)
         n = len(payload)
@@ -56,7 +61,7 @@ class RawWebSocket:
         else:
             header = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
         masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-        self.sock.sendall(header + mask + masked)
+        return header + mask + masked
 
     def closed_by_server(self) -> bool:
         """True once the server has dropped the connection (a send fails)."""

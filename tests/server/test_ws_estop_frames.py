@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import ServerProc, wait_until
 from tests.server.gateway.auth.client import Client, make_users
+from tests.server.test_hostile_clients import RawWebSocket
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -131,6 +132,24 @@ async def test_messages_the_parser_sees_as_no_estop_are_rate_limited(rover) -> N
     codes = {r["error"]["code"] for r in replies if r["type"] == "error"}
     assert codes <= {"malformed", "rate_limited"} and "rate_limited" in codes, codes
     assert not [r for r in replies if r["type"] == "pong"]
+
+
+def test_an_estop_behind_a_flood_latches_while_the_flooder_is_closed(rover) -> None:
+    """The flooder's socket closes (1008) only after its queued error has gone, for at most a second; the frames it
+    sent meanwhile are still read, and an e-stop among them latches (the e-stop is never refused)."""
+    drive(rover)
+    flooder = RawWebSocket(rover.port, "/ws/telemetry")
+    try:
+        assert flooder.status == 101
+        # one write: 1,000 pings (the burst is 200, the close comes once 200 more are refused), then the e-stop
+        ping = RawWebSocket.frame('{"type":"ping","t":1}')
+        flooder.sock.sendall(ping * 1000 + RawWebSocket.frame('{"type":"estop","reason":"behind a flood"}'))
+        wait_until(lambda: any("keeps flooding" in line for line in rover.output), 20, "the flood close")
+        wait_until(lambda: rover.state()["state"] == "estop", 20, "the e-stop sent behind the flood")
+        assert rover.state()["cause"]["trigger"] == "operator_estop"
+        wait_until(flooder.closed_by_server, 20, "the flooder's socket closed")
+    finally:
+        flooder.close()
 
 
 @pytest.mark.parametrize("raw, key", [

@@ -28,27 +28,13 @@ if TYPE_CHECKING:
     from server.gateway.auth.users import UsersFileError
 
 # imported on first use (server/lazy.py): loading a profile reads this package's settings class only
-__getattr__, __dir__ = lazy_exports(__name__, {
-    "AuthConfig": "config",
-    "AuthError": "errors",
-    "Lease": "lease",
-    "LeaseChange": "lease",
-    "BindRefused": "net",
-    "check_bind": "net",
-    "is_local_network": "net",
-    "PermissionTable": "permissions",
-    "Role": "permissions",
-    "Rule": "permissions",
-    "default_permissions": "permissions",
-    "AUTH_KEY": "service",
-    "AuthService": "service",
-    "Principal": "service",
-    "setup_auth": "setup",
-    "UsersFileError": "users",
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "config": ("AuthConfig",),
+    "errors": ("AuthError",),
+    "lease": ("Lease", "LeaseChange"),
+    "net": ("BindRefused", "check_bind", "is_local_network"),
+    "permissions": ("PermissionTable", "Role", "Rule", "default_permissions"),
+    "service": ("AUTH_KEY", "AuthService", "Principal"),
+    "setup": ("setup_auth",),
+    "users": ("UsersFileError",),
 })
-
-__all__ = [
-    "AUTH_KEY", "AuthConfig", "AuthError", "AuthService", "BindRefused", "Lease",
-    "LeaseChange", "PermissionTable", "Principal", "Role", "Rule", "UsersFileError", "check_bind",
-    "default_permissions", "is_local_network", "setup_auth",
-]

@@ -522,10 +522,17 @@ class AuthService:
         mode (no login to time): ~0.4 s of CPU off a start-up."""
         if self._dummy is None and self.users.configured:
             self._dummy = asyncio.get_running_loop().run_in_executor(self.hash_pool, self.users.dummy_hash)
+            self._dummy.add_done_callback(_log_dummy_failure)
 
     def on_lease_change(self, fn: Callable[[LeaseChange], None]) -> None:
         """Call ``fn`` on every lease change (the gateway stops the robot when the driver changes)."""
         self.lease.listeners.append(fn)
+
+
+def _log_dummy_failure(future: asyncio.Future) -> None:
+    """A failed dummy hash is logged (the login that needs it makes it again), never left unretrieved."""
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        log.warning("the login's dummy password hash could not be made ahead: %s", exc)
 
 
 AUTH_KEY = web.AppKey("auth", AuthService)

@@ -11,17 +11,9 @@ if TYPE_CHECKING:
     from server.gateway.observability.metrics import Metrics, flatten_health, metrics_handler
 
 # imported on first use (server/lazy.py): loading a profile reads this package's settings class only
-__getattr__, __dir__ = lazy_exports(__name__, {
-    "ObservabilityConfig": "config",
-    "load_observability_config": "config",
-    "HealthMonitor": "health",
-    "healthz_handler": "health",
-    "JsonFormatter": "logs",
-    "setup_logging": "logs",
-    "Metrics": "metrics",
-    "flatten_health": "metrics",
-    "metrics_handler": "metrics",
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "config": ("ObservabilityConfig", "load_observability_config"),
+    "health": ("HealthMonitor", "healthz_handler"),
+    "logs": ("JsonFormatter", "setup_logging"),
+    "metrics": ("Metrics", "flatten_health", "metrics_handler"),
 })
-
-__all__ = ["ObservabilityConfig", "load_observability_config", "HealthMonitor", "healthz_handler", "JsonFormatter",
-           "setup_logging", "Metrics", "flatten_health", "metrics_handler"]

@@ -17,20 +17,10 @@ if TYPE_CHECKING:
     from server.gateway.recording.replay import ReplaySource
 
 # imported on first use (server/lazy.py): loading a profile reads this package's settings class only
-__getattr__, __dir__ = lazy_exports(__name__, {
-    "RecordingConfig": "config",
-    "load_recording_config": "config",
-    "Recording": "reader",
-    "RecordingError": "reader",
-    "list_recordings": "reader",
-    "recent_events": "reader",
-    "Recorder": "recorder",
-    "recover_directory": "recovery",
-    "recover_file": "recovery",
-    "ReplaySource": "replay",
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "config": ("RecordingConfig", "load_recording_config"),
+    "reader": ("Recording", "RecordingError", "list_recordings", "recent_events"),
+    "recorder": ("Recorder",),
+    "recovery": ("recover_directory", "recover_file"),
+    "replay": ("ReplaySource",),
 })
-
-__all__ = [
-    "Recorder", "RecordingConfig", "load_recording_config", "Recording", "RecordingError", "list_recordings",
-    "recent_events", "recover_directory", "recover_file", "ReplaySource",
-]

@@ -16,13 +16,8 @@ if TYPE_CHECKING:
     from server.gateway.video.settings import VideoConfig, validate_video_settings
 
 # imported on first use (server/lazy.py): loading a profile reads this package's settings class only
-__getattr__, __dir__ = lazy_exports(__name__, {
-    "VIDEO_KEY": "routes",
-    "setup_video": "routes",
-    "VideoService": "service",
-    "camera_factory": "service",
-    "VideoConfig": "settings",
-    "validate_video_settings": "settings",
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "routes": ("VIDEO_KEY", "setup_video"),
+    "service": ("VideoService", "camera_factory"),
+    "settings": ("VideoConfig", "validate_video_settings"),
 })
-
-__all__ = ["VIDEO_KEY", "VideoConfig", "VideoService", "camera_factory", "setup_video", "validate_video_settings"]

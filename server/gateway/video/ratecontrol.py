@@ -226,6 +226,7 @@ class RateController:
         return {"tier": self.tier, "bitrate_bit_s": self.bitrate_bit_s, "estimate_bit_s": round(self.estimate_bit_s),
                 "remb_bit_s": self.remb_bit_s, "loss": round(self.loss, 4),
                 "rtt_ms": None if self.rtt_s is None else round(self.rtt_s * 1e3, 1),
+                "rtt_min_ms": None if self.rtt_min_s is None else round(self.rtt_min_s * 1e3, 1),
                 "jitter_ms": None if self.jitter_s is None else round(self.jitter_s * 1e3, 1),
                 "sender_late_ms": round(self.sender_late_s(now) * 1e3, 1),
                 "receiver_late_ms": round(self.receiver_late_s(now) * 1e3, 1),

@@ -18,24 +18,11 @@ if TYPE_CHECKING:
     from server.gateway.vision.worker import VisionWorker
 
 # imported on first use (server/lazy.py): loading a profile reads this package's settings class only
-__getattr__, __dir__ = lazy_exports(__name__, {
-    "CameraModel": "camera",
-    "MarkerEntry": "config",
-    "VisionConfig": "config",
-    "markers_from_world": "config",
-    "parse_vision_config": "config",
-    "FloorCue": "floor",
-    "FloorReading": "floor",
-    "MarkerDetection": "markers",
-    "MarkerDetector": "markers",
-    "VisionPipeline": "pipeline",
-    "VisionResult": "pipeline",
-    "camera_from_config": "pipeline",
-    "VisionWorker": "worker",
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "camera": ("CameraModel",),
+    "config": ("MarkerEntry", "VisionConfig", "markers_from_world", "parse_vision_config"),
+    "floor": ("FloorCue", "FloorReading"),
+    "markers": ("MarkerDetection", "MarkerDetector"),
+    "pipeline": ("VisionPipeline", "VisionResult", "camera_from_config"),
+    "worker": ("VisionWorker",),
 })
-
-__all__ = [
-    "CameraModel", "FloorCue", "FloorReading", "MarkerDetection", "MarkerDetector", "MarkerEntry", "VisionConfig",
-    "VisionPipeline", "VisionResult", "VisionWorker", "camera_from_config", "markers_from_world",
-    "parse_vision_config",
-]

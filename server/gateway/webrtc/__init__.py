@@ -14,9 +14,7 @@ if TYPE_CHECKING:
     from server.gateway.webrtc.signalling import setup_webrtc
 
 # imported on first use (server/lazy.py): loading a profile reads this package's settings class only
-__getattr__, __dir__ = lazy_exports(__name__, {
-    "WebRtcConfig": "config",
-    "setup_webrtc": "signalling",
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "config": ("WebRtcConfig",),
+    "signalling": ("setup_webrtc",),
 })
-
-__all__ = ["WebRtcConfig", "setup_webrtc"]

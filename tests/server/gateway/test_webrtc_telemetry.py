@@ -82,9 +82,15 @@ def test_snapshots_on_the_channel_decode_alone_and_carry_the_subscription(server
         return shown, got, stats, video
 
     shown, got, (status, stats), video = asyncio.run(telemetry_client(srv.url, actions))
-    # loopback's round trip is a LAN's: the RTP pacer lets everything pass (server/gateway/webrtc/pacer.py)
-    pacer = next(c["webrtc"]["pacer"] for c in video["clients"] if c.get("webrtc"))
-    assert pacer["held"] == 0 and pacer["rate_bit_s"] >= 1e10, pacer
+    # the RTP pacer (server/gateway/webrtc/pacer.py) lets everything pass on a path whose smallest round trip is a
+    # LAN's, and paces at no less than 1.1 x the encoder's target on any other. Loopback is a LAN on an idle
+    # machine; on a loaded one this client's late RTCP answers measured over 20 ms once (a 3-worker run)
+    peer = next(c["webrtc"] for c in video["clients"] if c.get("webrtc"))
+    pacer, rate = peer["pacer"], peer["rate"]
+    if rate["rtt_min_ms"] is None or rate["rtt_min_ms"] < 20:
+        assert pacer["rate_bit_s"] >= 1e10, peer
+    else:
+        assert pacer["rate_bit_s"] >= 1.1 * rate["bitrate_bit_s"], peer
     ack = next(m for m in got if m.get("type") == "ack")
     assert ack["subscription"]["channels"] == ["battery_v"] and ack["subscription"]["rate_hz"] == 10
     seqs = [s["seq"] for s in shown]

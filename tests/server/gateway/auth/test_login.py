@@ -160,3 +160,20 @@ async def test_hostile_login_bodies_are_refused_cleanly(start_gateway, users_fil
     got, payload, _ = await gw.request("POST", "/api/auth/login", data=body)
     assert (got, payload["error"]["code"]) == (status, code), payload
     assert len(gw.svc.sessions) == 0
+
+
+async def test_a_failed_dummy_hash_is_logged_not_left_unretrieved(caplog) -> None:
+    import asyncio
+
+    from server.gateway.auth.service import _log_dummy_failure
+
+    loop = asyncio.get_running_loop()
+    failed, cancelled, done = loop.create_future(), loop.create_future(), loop.create_future()
+    failed.set_exception(MemoryError("argon2: out of memory"))
+    cancelled.cancel()
+    done.set_result("$argon2id$...")
+    with caplog.at_level("WARNING", logger="server.gateway.auth.service"):
+        for future in (failed, cancelled, done):
+            _log_dummy_failure(future)
+    assert [r.getMessage() for r in caplog.records] == [
+        "the login's dummy password hash could not be made ahead: argon2: out of memory"]

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import os
 import shutil
@@ -93,11 +95,13 @@ async def test_a_lost_users_file_keeps_the_users_and_says_so(server_factory, tmp
                 break
         await ws.close()
         assert lease["users_file_problem"] == me["users_file_problem"] and lease["holder"]["user"] == "olga"
-        # /healthz: degraded, not failed (the robot is fine; a supervisor must not restart it into local mode)
-        code, body = srv.get("/healthz")
-        assert code == 200 and body["status"] == "degraded", body
+        # /healthz: degraded, not failed (the robot is fine; a supervisor must not restart it into local mode). Its
+        # other checks are the robot's: a loop rate measured over the first second of a loaded machine's new
+        # server can fail on its own for a moment, so the answer is waited for, then it must say degraded
+        code, body = wait_until(lambda: (r := srv.get("/healthz"))[0] == 200 and r, 15, "/healthz to answer 200")
+        assert body["status"] == "degraded", body
         assert body["checks"]["users_file"] == {"ok": False, "detail": me["users_file_problem"]}
-        srv.log_line(lambda line: "keeping the 4 user(s)" in line and "ERROR" in line)
+        await asyncio.to_thread(srv.log_line, lambda line: "keeping the 4 user(s)" in line and "ERROR" in line)
         # user changes are refused (they would write a file with only the change in it)
         status, body, _ = await client.request("POST", "/api/users", ada,
                                                json_body={"name": "newbie", "role": "viewer", "password": PASSWORD})

@@ -1,0 +1,68 @@
+"""The packages that export lazily (server/lazy.py) name each export twice: in the table given to
+``lazy_exports`` (what runs) and under ``if TYPE_CHECKING:`` (what readers, type checkers and the import
+contracts see). The two must agree, name for name and object for object."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from server.lazy import lazy_exports
+
+REPO = Path(__file__).resolve().parents[2]
+LAZY = sorted(p for p in (REPO / "server").rglob("__init__.py") if "lazy_exports(" in p.read_text())
+
+
+def type_checking_imports(path: Path) -> dict[str, str]:
+    """name -> module of every ``from M import name`` under ``if TYPE_CHECKING:``."""
+    out: dict[str, str] = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom), ast.dump(imp)
+                out.update({alias.asname or alias.name: imp.module for alias in imp.names})
+    return out
+
+
+def package_name(path: Path) -> str:
+    return ".".join(path.parent.relative_to(REPO).parts)
+
+
+def test_the_lazy_packages_are_found() -> None:
+    assert {package_name(p) for p in LAZY} >= {
+        "server.gateway.auth", "server.gateway.video", "server.gateway.webrtc", "server.gateway.recording",
+        "server.gateway.observability", "server.gateway.vision"}
+
+
+@pytest.mark.parametrize("path", LAZY, ids=package_name)
+def test_type_checking_imports_equal_the_lazy_table(path: Path) -> None:
+    declared = type_checking_imports(path)
+    pkg = importlib.import_module(package_name(path))
+    assert sorted(declared) == pkg.__all__
+    for name, module in declared.items():
+        assert getattr(pkg, name) is getattr(importlib.import_module(module), name), name
+
+
+def test_a_name_from_two_submodules_is_refused() -> None:
+    with pytest.raises(ValueError, match="two submodules"):
+        lazy_exports("demo", {"a": ("x",), "b": ("x",)})
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    pkg = importlib.import_module("server.gateway.webrtc")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        pkg.nope  # noqa: B018
+
+
+def test_importing_a_settings_module_does_not_load_the_package_exports() -> None:
+    """What the laziness is for: the launcher reads [video]'s settings without the encoders and aiohttp."""
+    code = ("import sys; import server.gateway.video.settings, server.gateway.auth.config; "
+            "print(sorted(m for m in ('aiohttp', 'av', 'cv2', 'server.gateway.video.routes') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
