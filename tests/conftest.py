@@ -324,14 +324,15 @@ def _cpu_s() -> float:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     _SERVERS.clear()
     cpu_log = os.environ.get("TELEOP_TEST_CPU")  # where the suite's CPU goes (docs/development.md)
-    t0, c0 = time.monotonic(), _cpu_s() if cpu_log else 0.0
+    t0, c0, start = time.monotonic(), _cpu_s() if cpu_log else 0.0, time.time()
     try:
         return (yield)
     finally:
         _SERVERS.clear()
         if cpu_log:  # a module's shared server ends in its last test's teardown: counted there
             with open(cpu_log, "a") as f:
-                f.write(f"{item.nodeid}\t{time.monotonic() - t0:.2f}\t{_cpu_s() - c0:.2f}\n")
+                f.write(f"{item.nodeid}\t{time.monotonic() - t0:.2f}\t{_cpu_s() - c0:.2f}\t{start:.2f}\t"
+                        f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}\n")
 
 
 @pytest.hookimpl(wrapper=True)
