@@ -72,10 +72,9 @@ browser:
 network-tools:
 	@sh scripts/install-network-tools.sh
 
-# WORKERS=3: the suite in three pytest-xdist processes, a test file to a worker (its module's server and fixtures
-# stay one): ~15 min where one process takes 31 (docs/development.md, "Workers"). One process by default until
-# three-worker runs are green from fresh clones several times in a row (each so far found one to three more flakes)
-WORKERS ?= 0
+# the suite in three pytest-xdist processes, a test file to a worker (its module's server and fixtures stay one):
+# ~14 min where one process takes 29-31 (docs/development.md, "Workers"); WORKERS=0: one process
+WORKERS ?= 3
 test: $(STAMP) browser network-tools
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile $(ARGS)
