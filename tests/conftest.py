@@ -229,8 +229,11 @@ class ServerProc:
 #: the stall stop (loop.max_stall_s, 0.1 s by default) at 1 s: on a loaded machine (three workers, a browser) a tick
 #: of the runtime was 0.135-0.16 s late now and then, and a test about a rule, a mission or a page got a stall e-stop
 #: it did not ask for. The stall stop is tested where it is the subject (tests/server/test_lifecycle.py: a frozen
-#: runtime; tests/server/runtime/test_loop.py: the limit itself)
-TEST_DEFAULTS = {"debug": {"routes": True}, "video": {"enabled": False}, "loop": {"max_stall_s": 1.0}}
+#: runtime; tests/server/runtime/test_loop.py: the limit itself). No spin tail before each tick (loop.spin_us, 200 by
+#: default): it trims ~0.1 ms off the loop's jitter, which no test asserts, at ~2 % of a core per running server,
+#: spun at real-time priority on a machine the suite keeps busy (the sleep-then-spin wait has its own test in
+#: tests/server/runtime/test_loop.py; `make bench` measures the profile's own setting)
+TEST_DEFAULTS = {"debug": {"routes": True}, "video": {"enabled": False}, "loop": {"max_stall_s": 1.0, "spin_us": 0.0}}
 
 
 

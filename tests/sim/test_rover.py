@@ -223,6 +223,21 @@ def test_ranger_too_close_reports_min_range_and_invalid():
     assert not r.range_valid["front"]
 
 
+def test_rays_are_cast_again_only_when_the_pose_changes(monkeypatch):
+    r = rover(pose=(1.0, 1.5, 0.0))
+    casts = []
+    real = r._raycast
+    monkeypatch.setattr(r, "_raycast", lambda: casts.append(1) or real())
+    for _ in range(50):  # at rest: the distances of the last cast
+        r.step(DT, 0.0, 0.0)
+    assert casts == [] and r.ranges["front"] == pytest.approx(4.0 - 1.0 - 0.15)
+    r.teleport(2.0, 1.5, 0.0)
+    r.step(DT, 0.0, 0.0)
+    assert len(casts) == 1 and r.ranges["front"] == pytest.approx(4.0 - 2.0 - 0.15)
+    run(r, 0.5, 10.0, 10.0)  # driving: a cast every step, and the range shrinks as the wall comes nearer
+    assert len(casts) == 1 + 50 and r.ranges["front"] < 4.0 - 2.0 - 0.15 - 0.1
+
+
 def test_ranger_noise_has_the_configured_sigma_and_stays_in_range():
     params = msgspec.structs.replace(P, rangers=(RangerParams("front", noise_m=0.01),))
     r = rover(params=params)

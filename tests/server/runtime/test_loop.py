@@ -94,6 +94,33 @@ def test_schedule_skips_and_counts_missed_deadlines() -> None:
     assert s.next_t == pytest.approx(0.06)  # no burst to catch up
 
 
+@pytest.mark.parametrize("spin_s", [0.0, 0.002])
+def test_wait_sleeps_until_the_spin_tail_then_spins_to_the_deadline(monkeypatch, spin_s: float) -> None:
+    from server.runtime import timing
+
+    now = [0.0]
+    slept: list[float] = []
+    reads = []
+
+    def clock() -> float:
+        reads.append(now[0])
+        now[0] += 0.0001  # every read takes 0.1 ms: the spin ends
+        return now[0]
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    monkeypatch.setattr(timing.time, "sleep", sleep)
+    s = Schedule(PERIOD, start=0.0)
+    s.advance()  # the next deadline: 10 ms
+    woke = s.wait(clock, spin_s)
+    assert woke >= s.next_t  # never before the deadline
+    assert slept == [pytest.approx(s.next_t - 0.0001 - spin_s)]  # slept up to the tail, spun the rest
+    spun = len(reads) - 2  # reads after the sleep's, before the one that saw the deadline
+    assert (spun > 5) == (spin_s > 0), reads
+
+
 def test_overruns_and_missed_ticks_are_counted(loop: ControlLoop, clock: Clock) -> None:
     before = (loop.stats.missed, loop.stats.overruns, loop.stats.ticks)
     tick(loop, clock, late=0.025, skipped=2)

@@ -28,6 +28,18 @@ function el(name, attrs = {}, parent = null) {
   return e;
 }
 
+// Set an attribute or a text only when it changes: a rover at rest sends the same pose at every snapshot
+// (20 a second), and re-setting an SVG transform repaints the drawing each time (the panel was a quarter of
+// an idle dashboard's CPU in Chromium). The positions are drawn to the centimetre and the angles to the
+// tenth of a degree (a pixel of the map is ~1.5 cm), so sensor noise below that does not repaint either.
+function put(node, name, value) {
+  const last = node.teleopLast || (node.teleopLast = {});
+  if (last[name] === value) return;
+  last[name] = value;
+  if (name === "text") node.textContent = value;
+  else node.setAttribute(name, value);
+}
+
 function num(v) {
   return typeof v === "number" && Number.isFinite(v) ? v : null;
 }
@@ -52,12 +64,12 @@ function createHorizon(container) {
   return {
     set(roll, pitch) {
       if (roll === null || pitch === null) {
-        text.textContent = "—";
+        put(text, "text", "—");
         return;
       }
       // nose-down (positive pitch) moves the horizon up in view; right side down rolls the card
-      card.setAttribute("transform", `rotate(${(-roll * DEG).toFixed(2)}) translate(0 ${(-pitch * DEG * 1.5).toFixed(2)})`);
-      text.textContent = `roll ${(roll * DEG).toFixed(1)}°  pitch ${(pitch * DEG).toFixed(1)}°`;
+      put(card, "transform", `rotate(${(-roll * DEG).toFixed(1)}) translate(0 ${(-pitch * DEG * 1.5).toFixed(1)})`);
+      put(text, "text", `roll ${(roll * DEG).toFixed(1)}°  pitch ${(pitch * DEG).toFixed(1)}°`);
     },
   };
 }
@@ -97,16 +109,16 @@ function createCompass(container) {
     },
     set(heading, targetDeg) {
       if (heading === null) {
-        text.textContent = "—";
+        put(text, "text", "—");
         return;
       }
       // the card turns so that the current heading sits under the lubber line at the top
-      cardG.setAttribute("transform", `rotate(${(-heading).toFixed(2)})`);
-      text.textContent = `${heading.toFixed(0).padStart(3, "0")}°`;
-      if (targetDeg === null) target.setAttribute("visibility", "hidden");
+      put(cardG, "transform", `rotate(${(-heading).toFixed(1)})`);
+      put(text, "text", `${heading.toFixed(0).padStart(3, "0")}°`);
+      if (targetDeg === null) put(target, "visibility", "hidden");
       else {
-        target.setAttribute("visibility", "visible");
-        target.setAttribute("transform", `rotate(${targetDeg.toFixed(1)})`);
+        put(target, "visibility", "visible");
+        put(target, "transform", `rotate(${targetDeg.toFixed(1)})`);
       }
     },
   };
@@ -163,11 +175,11 @@ function createMap(container, robot) {
   let lastTrail = 0;
   const place = (node, x, y, yaw) => {
     if (x === null || y === null) {
-      node.setAttribute("visibility", "hidden");
+      put(node, "visibility", "hidden");
       return;
     }
-    node.setAttribute("visibility", "visible");
-    node.setAttribute("transform", `translate(${x.toFixed(3)} ${y.toFixed(3)}) rotate(${((yaw || 0) * DEG).toFixed(1)})`);
+    put(node, "visibility", "visible");
+    put(node, "transform", `translate(${x.toFixed(2)} ${y.toFixed(2)}) rotate(${((yaw || 0) * DEG).toFixed(1)})`);
   };
   return {
     svg,
@@ -190,16 +202,16 @@ function createMap(container, robot) {
         }
       }
       if (!fix || num(fix.x_m) === null || num(fix.y_m) === null) {
-        markerFix.setAttribute("visibility", "hidden");
+        put(markerFix, "visibility", "hidden");
         return;
       }
       const colour = fix.accepted ? "#39ff14" : "#f3b619";
-      markerFix.setAttribute("visibility", "visible");
-      markerFix.setAttribute("transform", `translate(${fix.x_m.toFixed(3)} ${fix.y_m.toFixed(3)})`);
-      markerFix.setAttribute("data-accepted", fix.accepted ? "true" : "false");
-      fixSigma.setAttribute("r", Math.max(0.03, Math.min(2, num(fix.sigma_m) || 0.1)).toFixed(3));
-      fixSigma.setAttribute("stroke", colour);
-      fixDot.setAttribute("fill", colour);
+      put(markerFix, "visibility", "visible");
+      put(markerFix, "transform", `translate(${fix.x_m.toFixed(2)} ${fix.y_m.toFixed(2)})`);
+      put(markerFix, "data-accepted", fix.accepted ? "true" : "false");
+      put(fixSigma, "r", Math.max(0.03, Math.min(2, num(fix.sigma_m) || 0.1)).toFixed(2));
+      put(fixSigma, "stroke", colour);
+      put(fixDot, "fill", colour);
     },
     set(values, truthPose) {
       const ex = num(values.est_x_m);
@@ -207,11 +219,11 @@ function createMap(container, robot) {
       place(est, ex, ey, num(values.yaw_rad));
       const ux = num(values.uwb_x_m);
       const uy = num(values.uwb_y_m);
-      if (ux === null || uy === null) fix.setAttribute("visibility", "hidden");
+      if (ux === null || uy === null) put(fix, "visibility", "hidden");
       else {
-        fix.setAttribute("visibility", "visible");
-        fix.setAttribute("cx", ux.toFixed(3));
-        fix.setAttribute("cy", uy.toFixed(3));
+        put(fix, "visibility", "visible");
+        put(fix, "cx", ux.toFixed(2));
+        put(fix, "cy", uy.toFixed(2));
       }
       if (truthPose) place(truth, num(truthPose.x), num(truthPose.y), num(truthPose.yaw));
       const px = ex !== null ? ex : truthPose ? num(truthPose.x) : null;
@@ -219,9 +231,12 @@ function createMap(container, robot) {
       const now = performance.now();
       if (px !== null && py !== null && now - lastTrail > 200) {
         lastTrail = now;
-        points.push(`${px.toFixed(3)},${py.toFixed(3)}`);
-        if (points.length > TRAIL) points.shift();
-        trail.setAttribute("points", points.join(" "));
+        const point = `${px.toFixed(2)},${py.toFixed(2)}`;
+        if (point !== points[points.length - 1]) {  // at rest the trail does not grow (nor repaint)
+          points.push(point);
+          if (points.length > TRAIL) points.shift();
+          put(trail, "points", points.join(" "));
+        }
       }
     },
   };
@@ -308,7 +323,7 @@ export function createNavigation({ root, robot }) {
   const warningEl = root.querySelector("#heading-warning");
   let headingWarning = null;     // the server's sentence while uncalibrated, else null
   const say = (text, isError = false) => {
-    status.textContent = text;
+    put(status, "text", text);
     status.classList.toggle("error", isError);
   };
   form.addEventListener("submit", async (e) => {
