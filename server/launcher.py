@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from server.config import ConfigError, Profile
+from server.procutil import say_line
 
 log = logging.getLogger("teleop")
 
@@ -171,11 +172,7 @@ class Launcher:
             shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
             log.info("runtime API on %s (python -m server.console --socket %s)", sock_path, sock_path)
             scheme = "https" if self.profile.auth.tls_enabled else "http"
-            # one write each (print writes the text and its newline apart): the children share this pipe, and a
-            # log line of theirs must not land between the port and its newline (a harness reading the port)
-            sys.stdout.write(f"teleop listening on {scheme}://{shown}:{bound[1]}\n")
-            sys.stdout.write(f"teleop {notice}\n")
-            sys.stdout.flush()
+            say_line(f"teleop listening on {scheme}://{shown}:{bound[1]}", f"teleop {notice}")
             while not self._stop.wait(0.1):
                 for child in children:
                     self._supervise(child)

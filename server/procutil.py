@@ -51,3 +51,13 @@ def process_alive(pid: int | None) -> bool:
         return True
     state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]  # "pid (comm) S ...": comm may hold spaces
     return state not in (b"Z", b"X", b"x")
+
+
+def say_line(*lines: str) -> None:
+    """Write ``lines`` to standard output, each in one write, and flush. ``print`` writes a text and its newline
+    apart; the children of ``python -m server`` share its pipe, unbuffered, and a log line of another thread or
+    process landed between a ``listening on`` URL's port and its newline (a harness read the port as the log
+    line's text). Used for every line a harness or a supervisor reads."""
+    for line in lines:
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()

@@ -16,7 +16,7 @@ import logging
 import sys
 
 from server.config import DEFAULT_CONFIG, GATEWAY_TABLES, ConfigError, load_config, parse_overrides
-from server.procutil import die_with_parent
+from server.procutil import die_with_parent, say_line
 
 log = logging.getLogger("teleop.gateway")
 
@@ -42,7 +42,7 @@ async def serve(profile, args: argparse.Namespace) -> None:
     host = args.host or profile.server.host
     app = create_app(profile, RuntimeClient(args.socket), bound_host=host)
     await serve_app(app, profile, host=host, port=args.port, fd=args.fd,
-                    announce=lambda url: print(f"teleop gateway serving on {url}", flush=True))
+                    announce=lambda url: say_line(f"teleop gateway serving on {url}"))
     log.info("gateway shutting down")
 
 

@@ -34,6 +34,7 @@ from aiohttp import web
 
 from server.config import DEFAULT_CONFIG, GATEWAY_TABLES, ConfigError, load_config, parse_overrides
 from server.gateway.commands import ESTOP_COMMAND, REGISTRY
+from server.procutil import say_line
 from server.gateway.recording import topics
 from server.gateway.recording.reader import Msg, Recording, RecordingError
 from server.gateway.recording.replay import ReplaySource
@@ -212,8 +213,7 @@ async def serve(profile: Any, source: ReplaySource, args: argparse.Namespace) ->
 
     def announce(url: str) -> None:
         log.info("replaying %s (%.1f s of recording)", source.path, source.end_t - source.start_t)
-        sys.stdout.write(f"teleop listening on {url}\n")  # one write: see server/launcher.py
-        sys.stdout.flush()
+        say_line(f"teleop listening on {url}")
 
     await serve_app(app, profile, host=host, port=args.port, announce=announce)
 

@@ -32,6 +32,7 @@ from aiohttp import WSMsgType, web
 
 from server.config import REPO_ROOT, ConfigError, HUB_TABLES, load_config, parse_overrides
 from server.errors import ApiError, ValidationError
+from server.procutil import say_line
 from server.gateway.auth import AUTH_KEY, Principal, Role
 from server.gateway.auth.errors import Forbidden
 from server.gateway.auth.permissions import ADMIN, ESTOP, OPERATOR, PAGE, PUBLIC, STREAM, VIEWER, PermissionTable
@@ -504,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     async def serve() -> None:
         app = create_hub_app(profile, bound_host=host)
         await serve_app(app, profile, host=host, port=args.port,
-                        announce=lambda url: print(f"teleop hub listening on {url}", flush=True))
+                        announce=lambda url: say_line(f"teleop hub listening on {url}"))
 
     return run_served("hub", serve)
 

@@ -28,6 +28,7 @@ from msgspec import Meta
 
 from server.gateway.fleet.config import Endpoint, Name, check_endpoints
 from server.gateway.fleet.link import zenoh_config
+from server.procutil import say_line
 
 log = logging.getLogger("teleop.router")
 
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
-    print(f"teleop router listening on {' '.join(cfg.listen)} (zid {session.zid()})", flush=True)
+    say_line(f"teleop router listening on {' '.join(cfg.listen)} (zid {session.zid()})")
     done.wait()
     session.close()
     return 0

@@ -167,3 +167,23 @@ def test_console_drives_the_runtime_without_the_gateway(server_factory) -> None:
                            cwd=REPO, capture_output=True, text=True, timeout=30)
     assert watch.returncode == 0 and len([ln for ln in watch.stdout.splitlines() if ln.startswith("#")]) == 3
     assert call("estop")["state"] == "estop"
+
+
+def test_a_line_a_harness_reads_is_one_write(monkeypatch) -> None:
+    """The children of ``python -m server`` share its unbuffered pipe: a line is written whole, newline included, so a
+    log line of another process cannot land between a URL's port and its newline (a hub restart in a 3-worker run
+    printed ``...:38003`` then a recovery warning on the same line, and the harness read the port as the warning)."""
+    from server.procutil import say_line
+
+    writes: list[str] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            writes.append(text)
+
+        def flush(self) -> None:
+            writes.append("<flush>")
+
+    monkeypatch.setattr("sys.stdout", Out())
+    say_line("teleop listening on http://127.0.0.1:38003", "teleop local mode")
+    assert writes == ["teleop listening on http://127.0.0.1:38003\n", "teleop local mode\n", "<flush>"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -175,8 +176,8 @@ def hub_proc(config: Path):
         def _pump(self, proc: subprocess.Popen) -> None:
             for line in proc.stdout:
                 self.output.append(line)
-                if "teleop hub listening on http://" in line:
-                    self.port = int(line.strip().rsplit(":", 1)[1])
+                if m := re.search(r"teleop hub listening on http://\S+?:(\d+)", line):
+                    self.port = int(m.group(1))
                     self._listening = True
                     self._ready.set()
             self._ready.set()

@@ -66,6 +66,8 @@ def test_a_relayed_command_too_old_or_out_of_order_is_dropped_at_the_robot(serve
         stream = relayed_streams(r1)[-1]
         assert stream["stream"].startswith("hub:") and stream["stale_dropped"] == 1, stream
         assert stream["reordered_dropped"] == 1, stream
-        assert 0 <= stream["command_age_ms"] < 1000, stream  # the hour between the clocks, measured away
+        # the hour between the clocks, measured away: what is left is the two syncs' error (on a loaded machine a
+        # late sync answer made it -0.7 ms once), not an hour
+        assert -100 < stream["command_age_ms"] < 1000, stream
     finally:
         hub.kill()
