@@ -242,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             count = [0]
 
             def notify(header: dict[str, Any], payload: bytes) -> None:
+                if done.is_set():  # --count reached: what comes before the socket closes is not printed
+                    return
                 if header.get("type") == "snapshot":
                     print(summary(json.loads(payload)), flush=True)
                     count[0] += 1

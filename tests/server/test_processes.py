@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -187,3 +188,41 @@ def test_a_line_a_harness_reads_is_one_write(monkeypatch) -> None:
     monkeypatch.setattr("sys.stdout", Out())
     say_line("teleop listening on http://127.0.0.1:38003", "teleop local mode")
     assert writes == ["teleop listening on http://127.0.0.1:38003\n", "teleop local mode\n", "<flush>"]
+
+
+def test_console_watch_prints_exactly_count_snapshots(tmp_path) -> None:
+    """``watch --count 3`` printed a fourth snapshot on a loaded machine: the reader thread went on printing what
+    came after the third until the main thread woke to close the socket. Here a runtime stand-in sends ten at once."""
+    import threading
+
+    from server.runtime_api import protocol
+
+    path = str(tmp_path / "rt.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def runtime() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(protocol.encode({"type": "hello", "protocol": protocol.PROTOCOL, "version": protocol.VERSION}))
+            protocol.read_frame_sync(conn)  # the console's hello
+            request, _ = protocol.read_frame_sync(conn)  # subscribe
+            snaps = b"".join(protocol.encode({"type": "snapshot"}, json.dumps({"seq": i, "state": "idle"}).encode())
+                             for i in range(10))
+            conn.sendall(protocol.encode({"type": "response", "id": request["id"], "result": {}}) + snaps)
+            try:
+                while conn.recv(4096):
+                    pass
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=runtime, daemon=True)
+    thread.start()
+    try:
+        watch = subprocess.run([sys.executable, "-m", "server.console", "--socket", path, "watch", "--count", "3"],
+                               cwd=REPO, capture_output=True, text=True, timeout=30)
+    finally:
+        listener.close()
+    assert watch.returncode == 0, watch.stderr
+    assert [ln.split()[0] for ln in watch.stdout.splitlines()] == ["#0", "#1", "#2"], watch.stdout
