@@ -16,7 +16,7 @@ production argon2 cost, logged in), and in the same run, for "no attack" and the
 - **streams**: whether that dashboard got its telemetry, video and overlay sockets.
 
 Ratios are attack / no attack. An attack is an :class:`Attack` (``start(ctx)``, ``stop()``): add one to
-:data:`ATTACKS` (item 4's report requests will be one).
+:data:`ATTACKS`. ``reports`` (item 4) writes a 30-minute recording first (~10–20 s).
 """
 
 from __future__ import annotations
@@ -108,7 +108,68 @@ class ViewerSockets(AttackerProcess):
         return {"sockets": 100, "cookie": ctx.creds["vera"][0], "retry-s": 1.0}
 
 
-ATTACKS: dict[str, Attack] = {"slow_headers": SlowHeaders(), "viewer_sockets": ViewerSockets()}
+#: the report attacker: a viewer's six report requests at once, each round on other bounds (no cached answer),
+#: a new round as soon as the last answer came; what came back counted (printed as JSON when it is stopped)
+REPORT_ATTACKER = r"""
+import asyncio, json, signal, sys
+import aiohttp
+url, cookie, name = sys.argv[1:4]
+counts = {}
+async def main():
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    round_ = 0
+    async with aiohttp.ClientSession(headers={"Cookie": cookie}, timeout=aiohttp.ClientTimeout(total=300)) as http:
+        async def one(k):
+            try:
+                async with http.get(f"{url}/api/recordings/{name}/report?start_t={1.8e9 + round_ * 6 + k:.0f}") as r:
+                    await r.read()
+                    counts[str(r.status)] = counts.get(str(r.status), 0) + 1
+                    if sum(counts.values()) == 1:
+                        print("answered", flush=True)  # the pool is busy: the attack is in effect
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                counts["error"] = counts.get("error", 0) + 1
+        while not stop.is_set():
+            burst = asyncio.ensure_future(asyncio.gather(*(one(k) for k in range(6))))
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait([burst, stopper], return_when=asyncio.FIRST_COMPLETED)
+            if not burst.done():  # stopped mid-round: its requests are abandoned
+                burst.cancel()
+                await asyncio.gather(burst, return_exceptions=True)
+            stopper.cancel()
+            round_ += 1
+    print(json.dumps({"rounds": round_, **counts}), flush=True)
+asyncio.run(main())
+"""
+
+
+class ReportRequests(Attack):
+    name = "report requests"
+    about = ("one viewer asks for six reports of a 30-minute recording at once, other bounds each round, a new "
+             "round as soon as the answers came (item 4)")
+    file = ""  # the recording's name, set by run()
+
+    def start(self, ctx: Ctx) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen([sys.executable, "-c", REPORT_ATTACKER, ctx.srv.url, ctx.creds["vera"][0],
+                                      self.file], stdout=subprocess.PIPE, text=True)
+        # in effect once the first answer came (a report made, or refused because the viewer's jobs are running)
+        line = self.proc.stdout.readline()
+        if line.strip() != "answered":
+            raise RuntimeError(f"the report attacker did not start: {line!r}")
+
+    def stop(self) -> dict:
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=60)
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"attacker": f"exit {self.proc.returncode}"}
+
+
+ATTACKS: dict[str, Attack] = {"slow_headers": SlowHeaders(), "viewer_sockets": ViewerSockets(),
+                              "reports": ReportRequests()}
 
 
 # ---------------------------------------------------------------------- what the operator does
@@ -294,7 +355,13 @@ def make_users(path: Path) -> None:
 async def run(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="teleop-bench-attack-"))
     make_users(tmp / "users.json")
+    chosen = [a for a in ATTACKS if not args.only or a in args.only.split(",")]
+    if "reports" in chosen:  # a finished 30-minute recording (10 with --quick) for the report attack
+        from tests.server.gateway.recording.synthetic import write_long_recording
+
+        ReportRequests.file = write_long_recording(tmp / "recordings", 600 if args.quick else 1800).name
     srv = start_server({"auth": {"users_file": str(tmp / "users.json")}, "server": {"state_dir": str(tmp / "state")},
+                        "recording": {"dir": str(tmp / "recordings")},
                         "safety": {"command_timeout_s": 60},
                         "video": {"enabled": True, "width": 320, "height": 240, "fps": 10, "render_process": False},
                         "vision": {"enabled": True}})
@@ -305,7 +372,6 @@ async def run(args: argparse.Namespace) -> None:
         assert (await call(ctx, "POST", "/api/lease/take", "otto", {}))[0] == 200
         wait_until(lambda: srv.get("/api/vision", headers=ctx.headers("ada"))[1]["running"], 60, "vision running")
         trials, logins, settle_s = (4, 3, 2.0) if args.quick else (10, 5, 5.0)
-        chosen = [a for a in ATTACKS if not args.only or a in args.only.split(",")]
         print(f"server pid {srv.proc.pid}; {trials} e-stops and {logins} logins per phase; attacks:")
         for key in chosen:
             print(f"  {ATTACKS[key].name}: {ATTACKS[key].about}")
