@@ -226,12 +226,16 @@ class SerialLink:
         self._writer.start()
 
     def close(self, drain_timeout_s: float = 0.5) -> None:
-        """Write what is queued (bounded by ``drain_timeout_s``), stop the threads, close the port."""
+        """Write what is queued and wait for the answers to what was sent (bounded by ``drain_timeout_s``), stop
+        the threads, close the port. An answer left on the line would be read by the next open as the answer to
+        its own first request (a loaded contract run: a position read's reply came after the close, and the
+        reopened driver's first configuration command got it)."""
         if self._port is None:
             return
         deadline = time.monotonic() + drain_timeout_s
         with self._cond:
-            while (self._queue or self._stop_lane) and self._lost is None and time.monotonic() < deadline:
+            while ((self._queue or self._stop_lane or any(e.sent_t for e in self._pending)) and self._lost is None
+                   and time.monotonic() < deadline):
                 self._cond.wait(0.01)
             self._running = False
             self._cond.notify_all()

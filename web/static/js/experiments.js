@@ -133,7 +133,7 @@ export function createExperiments({ root }) {
   let state = null;
   let running = null;        // the snapshot's experiment behaviour
   let lastName = null;
-  let asking = false;        // a report request in flight
+  let asking = null;         // the report request in flight (a promise), or null
   let askedAt = 0;           // when the last went (a run not yet ended is asked again at most once a second)
   let reportDue = false;     // a run seen by this page ended: its report is to show (none asked on load: 404 then)
   const runButtons = [];
@@ -282,16 +282,17 @@ export function createExperiments({ root }) {
         bar.value = b.progress || 0;
       } else {
         running = null;
-        if (reportDue && !asking && Date.now() - askedAt >= 1000) {
+        if (asking) {
+          asked = asking;  // one in flight already (a snapshot from before the run can come late): that one
+        } else if (reportDue && Date.now() - askedAt >= 1000) {
           reportDue = false;
-          asking = true;
           askedAt = Date.now();
-          asked = showReport().finally(() => { asking = false; });
+          asked = asking = showReport().finally(() => { asking = null; });
         }
       }
     }
     refresh();
-    return asked;  // the report request this snapshot started, if any (the tests await it)
+    return asked;  // the report request this snapshot started or found in flight, if any (the tests await it)
   }
 
   whoAmI().then((m) => {
