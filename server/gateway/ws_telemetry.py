@@ -136,6 +136,7 @@ async def close_for_flooding(app: web.Application, ws: web.WebSocketResponse, cl
                                                   stream, client)
             if reply is not None:
                 client.send_control(reply)
+        await asyncio.sleep(0)  # frames already buffered come without a yield: a flooder must not hold the loop
     await client.close_going_away(WSCloseCode.POLICY_VIOLATION, b"rate limit exceeded")
 
 
