@@ -127,7 +127,10 @@ def test_angle_widgets_show_the_degree_sign_never_deg(dashboard_server, open_das
 def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(dashboard_server, open_dashboard,
                                                                             wait_for, tmp_path):
     # the sim rover at 4x, turning fast, so the real calibration run takes seconds; no stored calibration
+    # the page's heartbeats keep the run alive: a loaded Chromium's late one must not stop the turn by link loss
+    # (0.5 s by default; the watchdog has its own tests), so the link timeout is 5 s as in the driving tests
     server = dashboard_server({"driver": {"time_scale": 4.0}, "calibration": {"mag_turn_rate_rad_s": 0.8},
+                               "safety": {"command_timeout_s": 5.0},
                                "server": {"state_dir": str(tmp_path)}}, fresh=True)  # it stores a calibration
     estimation = server.state()["estimation"]
     assert estimation["heading_calibrated"] is False and "10°" in estimation["warning"]
@@ -157,8 +160,12 @@ def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(dash
     assert server.post("/api/start")[0] == 200
     dash.wait_badge("running")
     page.click("#magcal-button")
-    wait_for(lambda: server.state()["estimation"]["heading_calibrated"] is True, 90.0,
-             "the magnetometer calibration to finish")
+    def calibrated() -> bool:
+        state = server.state()
+        if state["state"] == "estop":  # not worth waiting out the deadline for (wait_for retries an assert)
+            raise RuntimeError(f"the calibration run was stopped: {server.get('/api/events?limit=3')[1]}")
+        return state["estimation"]["heading_calibrated"] is True
+    wait_for(calibrated, 90.0, "the magnetometer calibration to finish")
     warning.wait_for(state="hidden")
     page.wait_for_function("() => document.querySelector('.nav-compass .uncal-marker').getAttribute('visibility') === 'hidden'")
     assert "uncalibrated" not in page.get_attribute(".nav-compass", "class")
