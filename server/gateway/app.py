@@ -37,7 +37,7 @@ from server.gateway.auth.permissions import ADMIN
 from server.gateway.auth.wiring import csrf_token, setup_trust
 from server.gateway.commands import REGISTRY, add_routes
 from server.gateway.connections import GUARD, authenticated_middleware
-from server.gateway.fleet.robot import setup_fleet
+from server.gateway.fleet.setup import setup_fleet
 from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import BODY_MIN_RATE, BODY_TIMEOUT, error_middleware, json_response, read_body
 from server.gateway.keys import BUCKETS, HUB, JINJA, PROFILE, RUNTIME
@@ -49,9 +49,8 @@ from server.gateway.recording.setup import EVENT_LOG, RECORDING_AUTH, setup_reco
 from server.gateway.robot_svg import robot_svg
 from server.gateway.state import current_snapshot, robot_description, state_text
 from server.gateway.telemetry import TelemetryHub, dumps
-from server.gateway.video import VIDEO_KEY, VideoService, camera_factory, setup_video
+from server.gateway.video import VIDEO_KEY
 from server.gateway.vision.routes import setup_vision
-from server.gateway.webrtc import setup_webrtc
 from server.gateway.ws_telemetry import handle_ws_message, telemetry_ws
 from server.runtime_api.client import DOWN_MESSAGE, RuntimeClient
 from server.runtime_api.params import AcquisitionParams
@@ -238,7 +237,9 @@ def create_app(profile: Profile, runtime: RuntimeClient, *, bound_host: str | No
     if profile.debug.routes:
         r.add_post("/api/debug/block", debug_block)
         r.add_post("/api/debug/driver", debug_driver)
-    if profile.video.enabled:
+    if profile.video.enabled:  # OpenCV and the encoders are imported only for a gateway with video
+        from server.gateway.video import VideoService, camera_factory, setup_video
+
         # the simulator's true pose comes on the runtime's declared ``truth`` channel (docs/runtime-api.md), not
         # from the public snapshot: the camera renders what the robot sees even if the snapshot drops ``truth``
         if "truth" not in runtime.topics:
@@ -263,7 +264,10 @@ def create_app(profile: Profile, runtime: RuntimeClient, *, bound_host: str | No
             svc.authorize_rule(svc.principal(request), ADMIN)
 
         app[RECORDING_AUTH].admin = admin
-    setup_webrtc(app, profile.webrtc, bound_host or profile.server.host, profile.debug.routes)  # docs/video.md
+    if VIDEO_KEY in app:  # WebRTC carries the video: nothing to set up (nor aiortc to import) without it
+        from server.gateway.webrtc import setup_webrtc
+
+        setup_webrtc(app, profile.webrtc, bound_host or profile.server.host, profile.debug.routes)  # docs/video.md
     setup_fleet(app, profile.fleet)  # docs/fleet.md: dial out to the fleet's router when [fleet] enabled
     # inside the trust layer's middleware: the connection guard learns which connections authenticated
     app.middlewares.append(authenticated_middleware(app[AUTH_KEY].principal))

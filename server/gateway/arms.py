@@ -30,15 +30,12 @@ import secrets
 from typing import Any
 
 import msgspec
-import numpy as np
 from aiohttp import web
 
-from robotics.trajectory import MAX_AXES, MAX_POINTS, Trajectory
 from server.errors import ConflictError, MalformedError, RuntimeDownError, ValidationError
 from server.gateway.auth.permissions import LEASE, LEASE_CSV, OPERATOR_CSV
 from server.gateway.keys import RUNTIME
 from server.gateway.registry import Command, Context, RawBody
-from server.gateway.reports.svg import line_plot
 from server.runtime_api.client import DOWN_MESSAGE
 from server.runtime_api.params import (ARM_COMMANDS, ProgramParams, TrajectoryRunParams, check_trajectory_times,
                                        check_waypoints, trajectory_from_columns)
@@ -81,8 +78,6 @@ async def setpoint(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------- trajectories
 #: line breaks str.splitlines() honours (a CSV of them would be that many rows)
 _LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
-#: most numbers a body may hold (every row of the longest trajectory, every column)
-MAX_NUMBERS = (MAX_POINTS + 1) * (MAX_AXES + 1)
 
 
 def check_counts(text: str) -> None:
@@ -95,12 +90,16 @@ def check_counts(text: str) -> None:
     ...
     server.errors.ValidationError: body has 300000 lines; a trajectory has at most 100000 points
     """
+    # robotics.trajectory brings numpy: imported by the first body (in its worker thread), not by every gateway
+    from robotics.trajectory import MAX_AXES, MAX_POINTS
+
+    max_numbers = (MAX_POINTS + 1) * (MAX_AXES + 1)  # every row of the longest trajectory, every column
     lines = sum(text.count(c) for c in _LINE_BREAKS)
     if lines > 2 * MAX_POINTS + 64:  # CR LF counts twice
         raise ValidationError(f"body has {lines} lines; a trajectory has at most {MAX_POINTS} points",
                               code="out_of_limits")
-    if text.count(",") > MAX_NUMBERS:
-        raise ValidationError(f"body has more than {MAX_NUMBERS} numbers; a trajectory has at most {MAX_POINTS} "
+    if text.count(",") > max_numbers:
+        raise ValidationError(f"body has more than {max_numbers} numbers; a trajectory has at most {MAX_POINTS} "
                               f"points of {MAX_AXES} axes", code="out_of_limits")
 
 
@@ -115,6 +114,8 @@ def parse_trajectory_body(raw: bytes, csv: bool, wrapped: bool = True,
         raise MalformedError(f"body is not UTF-8: {err}") from None
     check_counts(text)
     if csv:
+        from robotics.trajectory import Trajectory  # imported by check_counts above
+
         try:
             tr = Trajectory.from_csv(text)
         except (ValueError, OverflowError) as err:
@@ -259,7 +260,12 @@ def _display(axis: str) -> tuple[float, str]:
 
 
 def report_svg(report: dict[str, Any]) -> str:
-    """Commanded vs achieved of each moving axis (every axis if none moves), stacked in one SVG."""
+    """Commanded vs achieved of each moving axis (every axis if none moves), stacked in one SVG (in a thread:
+    numpy and the plotter are imported on the first report, not by every gateway at start, ~60 ms of CPU)."""
+    import numpy as np
+
+    from server.gateway.reports.svg import line_plot
+
     series = report["series"]
     axes = report.get("moving_axes") or report["axes"]
     t = np.asarray(series["t_s"], dtype=float)

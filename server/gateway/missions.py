@@ -32,7 +32,6 @@ from server.gateway.auth.permissions import LEASE
 from server.gateway.keys import RUNTIME
 from server.gateway.navigation import forward
 from server.gateway.registry import Command, Context
-from server.gateway.reports.mission import LEG_COLUMNS, experiment_html, leg_rows, mission_html
 from server.runtime_api.params import Empty, ExperimentParams, MissionParams
 from server.validation import convert, reject_unknown
 
@@ -85,12 +84,28 @@ COMMANDS: tuple[Command, ...] = (
 
 
 # ---------------------------------------------------------------------- reads
+# the reports (numpy, the recording reader, the plotter) are imported in the worker thread that renders the
+# first one, not by every gateway at start
 def legs_csv(report: dict[str, Any]) -> str:
+    from server.gateway.reports.mission import LEG_COLUMNS, leg_rows
+
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(LEG_COLUMNS)
     w.writerows(leg_rows(report))
     return out.getvalue()
+
+
+def mission_page(report: dict[str, Any]) -> str:
+    from server.gateway.reports.mission import mission_html
+
+    return mission_html(report)
+
+
+def experiment_page(report: dict[str, Any]) -> str:
+    from server.gateway.reports.mission import experiment_html
+
+    return experiment_html(report)
 
 
 async def get_mission(request: web.Request) -> web.Response:
@@ -102,7 +117,7 @@ async def get_mission_report(request: web.Request) -> web.Response:
     report = await request.app[RUNTIME].request("mission_report",
                                                 {"max_points": max_points(request, 2000 if html else 400, 5000)})
     if html:
-        return web.Response(text=await asyncio.to_thread(mission_html, report), content_type="text/html")
+        return web.Response(text=await asyncio.to_thread(mission_page, report), content_type="text/html")
     if as_csv:
         return web.Response(text=await asyncio.to_thread(legs_csv, report), content_type="text/csv",
                             headers={"Content-Disposition": 'attachment; filename="mission-legs.csv"'})
@@ -118,7 +133,7 @@ async def get_experiments(request: web.Request) -> web.Response:
 async def get_experiment_report(request: web.Request) -> web.Response:
     report = await request.app[RUNTIME].request("experiment_report", {})
     if request.path.endswith(".html"):
-        return web.Response(text=await asyncio.to_thread(experiment_html, report), content_type="text/html")
+        return web.Response(text=await asyncio.to_thread(experiment_page, report), content_type="text/html")
     return web.json_response(report)
 
 

@@ -36,7 +36,7 @@ def package_name(path: Path) -> str:
 def test_the_lazy_packages_are_found() -> None:
     assert {package_name(p) for p in LAZY} >= {
         "server.gateway.auth", "server.gateway.video", "server.gateway.webrtc", "server.gateway.recording",
-        "server.gateway.observability", "server.gateway.vision"}
+        "server.gateway.observability", "server.gateway.vision", "server.gateway.reports"}
 
 
 @pytest.mark.parametrize("path", LAZY, ids=package_name)
@@ -66,3 +66,24 @@ def test_importing_a_settings_module_does_not_load_the_package_exports() -> None
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_gateway_with_video_vision_and_the_fleet_off_imports_none_of_their_libraries() -> None:
+    """~390 gateways start in a test run and most users' have no camera: numpy, OpenCV, aiortc, Zenoh and
+    cryptography (the fleet's signatures) were ~150 ms of every start's CPU. Each is imported by what needs it:
+    video and vision when on, a report when rendered (in its worker), the fleet link when ``[fleet] enabled``."""
+    heavy = ("numpy", "cv2", "aiortc", "av", "zenoh", "cryptography")
+    code = ("import asyncio, sys\n"
+            "from server.config import GATEWAY_TABLES, load_config\n"
+            "from server.gateway.app import create_app\n"
+            "from server.gateway.serve import serve_app\n"
+            "from server.runtime_api.client import RuntimeClient\n"
+            "profile = load_config('config/rover-sim.toml', overrides={'video': {'enabled': False}},"
+            " tables=GATEWAY_TABLES)\n"
+            "async def build():\n"
+            "    create_app(profile, RuntimeClient('/nonexistent.sock'))\n"
+            "asyncio.run(build())\n"
+            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [], f"imported at a gateway's start: {out.stdout.strip()}"

@@ -439,23 +439,4 @@ def _is_estop(payload: bytes) -> bool:
     return isinstance(req, dict) and req.get("op") == "command" and req.get("name") == "estop"
 
 
-FLEET_KEY = web.AppKey("fleet", FleetRobot)
-
-
-async def get_fleet_link(request: web.Request) -> web.Response:
-    """``GET /api/fleet/link``: this robot's fleet link (off, or connected, router, reconnections, counts)."""
-    robot = request.app.get(FLEET_KEY)
-    return web.json_response({"enabled": False} if robot is None else {"enabled": True, **robot.status()})
-
-
-def setup_fleet(app: web.Application, cfg: FleetConfig) -> FleetRobot | None:
-    """The fleet link when ``[fleet] enabled`` (and ``GET /api/fleet/link`` either way)."""
-    app.router.add_get("/api/fleet/link", get_fleet_link)
-    if not cfg.enabled:
-        return None
-    robot = app[FLEET_KEY] = FleetRobot(app, cfg)
-    app.cleanup_ctx.append(robot.ctx)
-    return robot
-
-
-__all__ = ["FLEET_KEY", "FleetRobot", "setup_fleet", "summarise"]
+__all__ = ["FleetRobot", "summarise"]

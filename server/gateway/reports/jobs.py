@@ -23,8 +23,6 @@ from typing import Any, Callable
 import orjson
 
 from server.gateway.recording.reader import Recording, RecordingError
-from server.gateway.reports.mission import recorded_missions, recorded_missions_html
-from server.gateway.reports.report import report_html, run_report
 
 #: suffix (and so content type) of each job's answer
 SUFFIX = {"info": ".json", "events": ".json", "report": ".json", "report.html": ".html", "csv": ".csv",
@@ -42,13 +40,19 @@ def _events(path: str, params: dict[str, Any], out: Any) -> None:
         out.write(orjson.dumps({"events": rec.events(params.get("start_t"), params.get("end_t"))}))
 
 
+# the report modules (numpy, the plotter) are imported by the job: the gateway imports this module at start for
+# the names below, and the pool's forkserver preloads them (pool._PRELOAD) so that every job finds them imported
 def _report(path: str, params: dict[str, Any], out: Any) -> None:
+    from server.gateway.reports.report import run_report
+
     rep = run_report(path, params.get("channels"), None, params.get("start_t"), params.get("end_t"),
                      plots=bool(params.get("plots")))
     out.write(orjson.dumps(rep, option=orjson.OPT_SERIALIZE_NUMPY))
 
 
 def _report_html(path: str, params: dict[str, Any], out: Any) -> None:
+    from server.gateway.reports.report import report_html, run_report
+
     rep = run_report(path, params.get("channels"), None, params.get("start_t"), params.get("end_t"), plots=True)
     out.write(report_html(rep).encode())
 
@@ -62,10 +66,14 @@ def _csv(path: str, params: dict[str, Any], out: Any) -> None:
 
 
 def _missions(path: str, params: dict[str, Any], out: Any) -> None:
+    from server.gateway.reports.mission import recorded_missions
+
     out.write(orjson.dumps(recorded_missions(path), option=orjson.OPT_SERIALIZE_NUMPY))
 
 
 def _missions_html(path: str, params: dict[str, Any], out: Any) -> None:
+    from server.gateway.reports.mission import recorded_missions_html
+
     out.write(recorded_missions_html(path).encode())
 
 

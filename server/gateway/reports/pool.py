@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 WORKER_NICE = 10
 #: how long a job may run before it is killed (a 1 h file's report takes ~10 s here)
 JOB_TIMEOUT_S = 600.0
-_PRELOAD = ["server.gateway.reports.jobs"]
+_PRELOAD = ["server.gateway.reports.jobs", "server.gateway.reports.report", "server.gateway.reports.mission"]
 
 
 class JobRefused(ApiError):

@@ -11,13 +11,15 @@ from typing import TYPE_CHECKING
 from server.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from server.gateway.video.routes import VIDEO_KEY, setup_video
+    from server.gateway.video.key import VIDEO_KEY
+    from server.gateway.video.routes import setup_video
     from server.gateway.video.service import VideoService, camera_factory
     from server.gateway.video.settings import VideoConfig, validate_video_settings
 
 # imported on first use (server/lazy.py): loading a profile reads this package's settings class only
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "routes": ("VIDEO_KEY", "setup_video"),
+    "key": ("VIDEO_KEY",),
+    "routes": ("setup_video",),
     "service": ("VideoService", "camera_factory"),
     "settings": ("VideoConfig", "validate_video_settings"),
 })

@@ -21,12 +21,12 @@ from server.gateway.ratelimit import TokenBucket
 from server.gateway.video.h264_ws import H264Viewer, h264_sender
 from server.gateway.video.service import VideoService, VideoViewer
 from server.gateway.video.jpeg_pacing import JpegPacer, delivery_rate_bytes_s, reencode
+from server.gateway.video.key import VIDEO_KEY
 from server.gateway.video.settings import validate_runtime_settings, viewer_slots
 from server.validation import parse_object
 
 log = logging.getLogger(__name__)
 
-VIDEO_KEY = web.AppKey("video", VideoService)
 _SOCKETS_KEY = web.AppKey("video_sockets", weakref.WeakSet)
 _CLOSING_KEY = web.AppKey("video_closing", asyncio.Event)
 _STALL_KEY = web.AppKey("video_writer_stall_s", float)

@@ -94,8 +94,8 @@ class VideoService:
         self._capture_times: collections.deque[float] = collections.deque(maxlen=121)  # 2 s at 60 fps
         #: called in the capture thread with every encoded frame (must not block: e.g. a recorder's enqueue);
         #: while there is one, frames are captured even with no viewer. A listener with a ``max_fps``
-        #: attribute (see :class:`RateCappedListener`) needs no more than that: while only such listeners
-        #: want frames, the camera is read at the highest of their rates instead of ``fps``
+        #: attribute (see :class:`~server.gateway.video.listener.RateCappedListener`) needs no more than
+        #: that: while only such listeners want frames, the camera is read at the highest of their rates instead of ``fps``
         self.frame_listeners: list[Callable[[EncodedFrame], None]] = []
         self._demand_until = 0.0
         self.tiers = TierSet(tiers_of(s), EncoderSettings(s["h264_preset"], s["encoder_threads"], s["gop_s"],
@@ -342,20 +342,3 @@ class VideoService:
         if self.status()["state"] != "ok" and not self._slot.pending():
             self._replace_latest(None)  # no stale picture for snapshots or new viewers
         self._viewers.wake_all(status=True)
-
-
-class RateCappedListener:
-    """A frame listener that needs at most ``max_fps`` frames a second (vision at its own rate): while it is
-    the only reason to capture, the camera is read that often, not at the video ``fps``. With ``raw``
-    (``raw(bgr, capture_t, seq)``), frames that nobody else wants are handed over as pictures, not JPEG."""
-
-    __slots__ = ("fn", "max_fps", "raw")
-
-    def __init__(self, fn: Callable[[EncodedFrame], None], max_fps: float,
-                 raw: Callable[[np.ndarray, float, int], None] | None = None) -> None:
-        self.fn = fn
-        self.max_fps = max_fps
-        self.raw = raw
-
-    def __call__(self, frame: EncodedFrame) -> None:
-        self.fn(frame)

@@ -29,17 +29,20 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import WSCloseCode, web
 
 from server.runtime_api.client import RuntimeClient
 from server.gateway.telemetry import dumps
-from server.gateway.video.service import RateCappedListener
+from server.gateway.video.listener import RateCappedListener
 from server.gateway.vision.config import VisionConfig, markers_from_world
 from server.gateway.latest import LatestWriter, StallSweeper
-from server.gateway.vision.pipeline import GAUGE_CHANNELS, VisionPipeline, VisionResult, camera_from_config
-from server.gateway.vision.worker import VisionWorker
+
+if TYPE_CHECKING:  # the pipeline and its worker (OpenCV, numpy) are imported when vision starts, in a thread:
+    # every gateway builds this service, and most run with vision off (~50 ms of a start's CPU)
+    from server.gateway.vision.pipeline import VisionPipeline, VisionResult
+    from server.gateway.vision.worker import VisionWorker
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +149,16 @@ class VisionService:
             await asyncio.sleep(DECLARE_POLL_S)
 
     def _make_pipeline(self, description: dict[str, Any]) -> VisionPipeline:
+        from server.gateway.vision.pipeline import VisionPipeline, camera_from_config  # in a thread (see above)
+        from server.gateway.vision.worker import VisionWorker  # noqa: F401  (imported here, not on the loop)
+
         cfg = self.config
         markers = list(cfg.markers) or markers_from_world(description.get("world"), cfg.dictionary)
         return VisionPipeline(cfg, camera_from_config(cfg, self.video_table), markers)
 
     def _start_worker(self, pipeline: VisionPipeline) -> None:
+        from server.gateway.vision.worker import VisionWorker  # already imported by _make_pipeline's thread
+
         cfg = self.config
         self.pipeline = pipeline
         self.worker = VisionWorker(pipeline, cfg.rate_hz, self._on_result)
@@ -161,6 +169,8 @@ class VisionService:
                  cfg.dictionary, len(self.pipeline.marker_ids), "on" if self.pipeline.floor else "off")
 
     async def _declare(self, connection: int) -> None:
+        from server.gateway.vision.pipeline import GAUGE_CHANNELS  # imported when the pipeline was made
+
         pipe = self.pipeline
         assert pipe is not None
         specs = []
