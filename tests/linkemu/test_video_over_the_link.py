@@ -26,7 +26,15 @@ from tests.linkemu.plugin import log_in
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 DESKTOP = {"width": 1440, "height": 900}
-VIDEO = {"video": {"enabled": True}}
+# the default ladder's bitrates at a quarter of its pixels (320x240 down to 160x120): the link carries what
+# the rate controller asks for either way (the sim camera's noise makes the encoder spend it), and the
+# encoder, Chromium's decoder and the camera cost a quarter (these tests are about the transport)
+TIERS = [{"name": name, "width": w, "height": h, "fps": fps, "min_bitrate_bit_s": lo, "max_bitrate_bit_s": hi}
+         for name, w, h, fps, lo, hi in (("320x240@30", 320, 240, 30, 700_000, 1_500_000),
+                                          ("320x240@15", 320, 240, 15, 400_000, 900_000),
+                                          ("240x180@15", 240, 180, 15, 220_000, 500_000),
+                                          ("160x120@10", 160, 120, 10, 60_000, 280_000))]
+VIDEO = {"video": {"enabled": True, "width": 320, "height": 240, "tiers": TIERS}}
 LONG_MS = 90_000
 
 

@@ -19,17 +19,12 @@ import time
 
 import pytest
 
-from tests.linkemu.test_video_over_the_link import open_page, wait_video, webrtc_peers
+from tests.linkemu.test_video_over_the_link import TIERS, open_page, wait_video, webrtc_peers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 # the default ladder's bitrates (what the controller steps through) at a quarter of its pixels: the encoder,
 # the decoder and the sim camera cost ~1.3 cores at 640x480 for the whole test, and this one is about the steps
-TIERS = [{"name": name, "width": w, "height": h, "fps": fps, "min_bitrate_bit_s": lo, "max_bitrate_bit_s": hi}
-         for name, w, h, fps, lo, hi in (("320x240@30", 320, 240, 30, 700_000, 1_500_000),
-                                          ("320x240@15", 320, 240, 15, 400_000, 900_000),
-                                          ("240x180@15", 240, 180, 15, 220_000, 500_000),
-                                          ("160x120@10", 160, 120, 10, 60_000, 280_000))]
 VIDEO = {"video": {"enabled": True, "noise_sigma": 3.0, "width": 320, "height": 240, "tiers": TIERS}}
 
 
