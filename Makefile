@@ -79,10 +79,11 @@ test: $(STAMP) browser network-tools
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile $(ARGS)
 
-# the unit tier (tests/conftest.py gives every test a tier: unit, server, e2e): seconds, not the suite's minutes
+# the unit tier (tests/conftest.py gives every test a tier: unit, server, e2e): about a minute in the same
+# workers, not the suite's minutes (one process: ~4.5 min, most of it waiting out drivers' timeouts)
 test-fast: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -m unit -p no:cacheprovider $(ARGS)
+	$(BIN)/python -m pytest -m unit -p no:cacheprovider -n $(WORKERS) --dist loadfile $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py $(ARGS)

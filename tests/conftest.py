@@ -299,6 +299,7 @@ def wait_for():
 # ---------------------------------------------------------------------- tiers (issue 19 §7)
 #: what in a test module's source means it starts processes (the real server, replay, an emulator, the CLI)
 _PROCESS_MARKS = ("server_factory", "subprocess.", "Popen(", "multiprocessing", "E2EServer", "E2EReplay",
+                  "skip_unless_links",  # a module that builds emulated links (namespaces, a delay-line process)
                   "real_run", "ServerProc(")
 _MODULE_TIER: dict[str, str] = {}
 
@@ -352,7 +353,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test gets one tier: ``e2e`` (tests/e2e: Chromium), ``server`` (it starts the real server or another
-    process: its fixtures reach ``server_factory``, or its module starts processes), else ``unit`` (in
+    process: its fixtures reach ``server_factory`` or the link emulator's, or its module starts processes), else
+    ``unit`` (in
     process). ``make test-fast`` runs ``-m unit``; ``make test`` (CI) runs all three. A test marked by hand
     keeps its mark. Across the tiers, ``link`` marks the link emulator's tests (tests/linkemu, or a test on its
     fixtures: network namespaces, root): ``-m link`` runs them."""
@@ -364,7 +366,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if "e2e" in path.parts:
             item.add_marker(pytest.mark.e2e)
-        elif "server_factory" in getattr(item, "fixturenames", ()) or _module_tier(path) == "server":
+        elif (any(f in getattr(item, "fixturenames", ()) for f in ("server_factory", *_LINK_FIXTURES))
+              or _module_tier(path) == "server"):  # the link's namespaces and delay lines are processes
             item.add_marker(pytest.mark.server)
         else:
             item.add_marker(pytest.mark.unit)
