@@ -39,7 +39,10 @@ def test_replay_drives_the_dashboard_and_refuses_commands(replay, recording, ope
     page = dash.page
     banner = page.locator("#replay-banner")
     banner.wait_for(state="visible")
-    assert recording.name in banner.inner_text() and "REPLAY" in banner.inner_text()
+    # the banner shows before the first replay status fills it ("—", 0:00 / 0:00 on a loaded machine)
+    page.wait_for_function("(name) => document.querySelector('#replay-banner').innerText.includes(name)",
+                           arg=recording.name)
+    assert "REPLAY" in banner.inner_text()
     page.wait_for_function("() => document.body.classList.contains('replay-mode')")
     for sel in ("#btn-start", "#btn-stop", "#btn-reset", "#estop", "#acq-apply"):
         assert page.locator(sel).is_disabled(), sel
