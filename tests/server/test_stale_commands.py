@@ -237,14 +237,28 @@ def test_the_governor_caps_an_arms_joint_speed_on_a_slow_link(server_factory) ->
             await c.send("jog", q1_rad_s=q1, q2_rad_s=0.0, age_s=age_s, stamp=True)
             await asyncio.sleep(0.05)
 
+    async def settled(c: StampedClient, age_s: float, q1: float, governor: str, rate: float) -> dict:
+        """Jog on until a snapshot shows the governor's state and the joint's measured rate (a deadline, not a
+        figure: one snapshot on a loaded machine caught the measured rate at -0.03 with the cap in force), and
+        return it; the last one if the deadline passes (the asserts below then say what it showed)."""
+        deadline = asyncio.get_running_loop().time() + 10.0
+        while True:
+            await c.send("jog", q1_rad_s=q1, q2_rad_s=0.0, age_s=age_s, stamp=True)
+            state = srv.state()
+            if (state["link"]["governor"]["state"] == governor
+                    and math.isclose(state["values"]["q1_rad_s"], rate, abs_tol=0.05)) \
+                    or asyncio.get_running_loop().time() > deadline:
+                return state
+            await asyncio.sleep(0.05)
+
     async def body(c: StampedClient):
         await c.call("start")
         await jog(c, 0.0, 1.0, 0.5)
-        free = srv.state()
+        free = await settled(c, 0.0, 0.5, "ok", 0.5)
         await jog(c, 0.6, 1.5, -0.5)  # 600 ms of delay: the floor (30 %)
-        capped = srv.state()
+        capped = await settled(c, 0.6, -0.5, "capped", -0.15)
         await jog(c, 0.0, 2.0, 0.5)
-        lifted = srv.state()
+        lifted = await settled(c, 0.0, 0.5, "ok", 0.5)
         await c.call("stop")
         return free, capped, lifted
 
