@@ -15,8 +15,10 @@ import statistics
 import time
 
 import aiohttp
+import msgspec
 import pytest
 
+import linkemu
 from linkemu.traffic import BulkFlow
 from tests.stamped_client import StampedClient
 
@@ -59,13 +61,21 @@ def test_4g_with_a_competing_download_starts_drive_and_telemetry_stays_young(lin
     """Main: every start ended in a link-loss stop 0.5 s later, telemetry ages climbed ~0.25 s a second to 10 s
     and an e-stop reached the operator up to 7.8 s after it latched.
 
-    ``command_timeout_s`` is 1 s here, as docs/networks.md advises for such a link: the download fills the
-    uplink's 250 ms queue, the round trip reaches 0.4–1.4 s, and a command lost on the downlink (2 %) holds every
-    later one on the TCP socket until its retransmission, about one RTO (≥ the round trip) later: at 0.5 s that
-    alone is a link-loss stop every few seconds (measured here), whatever the server does. The governor's stop
-    is set out of the way: this test is about link loss (the governor has its own)."""
-    srv = linked_server("4g", config_overrides={"safety": {"command_timeout_s": 1.0,
-                                                           "governor": {"stop_delay_s": 3.0}}})
+    ``command_timeout_s`` is 1 s here, as docs/networks.md advises for such a link, and the downlink (operator →
+    robot) loses nothing: the download fills the uplink's 250 ms queue, the round trip reaches 0.4–1.4 s, and a
+    command lost on the downlink holds every later one on the TCP socket until its retransmission, about one RTO
+    (≥ the round trip) later. At 2 % loss that is a real gap in the commands the robot gets, longer than 1 s now
+    and then (a fresh-clone run on a loaded machine stopped on it once in four drives: "no command or heartbeat
+    for 1.006 s"): a link-loss stop the robot must make, by chance, so no test of this property can hold with
+    it. What this test is about — the stop after every start, telemetry queued by size rather than age — needs
+    no loss; the uplink keeps its 2 % (the telemetry, the acks and the download cross it), and bench/bench_link.py
+    counts the link-loss stops with loss. The governor's stop is set out of the way: this test is about link
+    loss (the governor has its own)."""
+    four_g = linkemu.PROFILES["4g"]
+    no_downlink_loss = msgspec.structs.replace(four_g, name="4g-no-downlink-loss",
+                                               downlink=msgspec.structs.replace(four_g.downlink, loss=0.0))
+    srv = linked_server(no_downlink_loss, config_overrides={"safety": {"command_timeout_s": 1.0,
+                                                                       "governor": {"stop_delay_s": 3.0}}})
     take_lease(srv)
 
     async def body(c: StampedClient):
