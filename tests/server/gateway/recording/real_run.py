@@ -24,7 +24,10 @@ def record_driven_run(directory: Path, drive_s: float = 4.0) -> Path:
     """Start the server recording into ``directory``, drive in a curve for about ``drive_s`` (as
     counted by recorded snapshots), e-stop for about a second, reset, stop; returns the finished file."""
     directory.mkdir(parents=True, exist_ok=True)
-    srv = ServerProc(write_config(directory, {"recording": {"dir": str(directory / "rec"), "flush_s": 0.2}}))
+    # the link timeout is out of the way: this thread's heartbeats, late on a loaded machine, once let the robot
+    # stop by link loss 0.5 s after the start, and the recording had no drive in it (a fresh-clone run)
+    srv = ServerProc(write_config(directory, {"recording": {"dir": str(directory / "rec"), "flush_s": 0.2},
+                                              "safety": {"command_timeout_s": 5.0}}))
     srv.start()
     try:
         file = srv.post("/api/recordings/start", {"name": "replay-me"})[1]["file"]
@@ -34,6 +37,8 @@ def record_driven_run(directory: Path, drive_s: float = 4.0) -> Path:
             n0 = srv.get("/api/recordings/status")[1]["messages"]
             wait_until(lambda: srv.get("/api/recordings/status")[1]["messages"] > n0 + drive_s * 50, 30,
                        "a driven stretch recorded")
+            state = srv.state()
+            assert state["state"] == "running" and state["values"]["linear_m_s"] > 0.1, state  # it drove
             assert srv.post("/api/estop", {"reason": "end of the drive"})[0] == 200
         wait_until(lambda: srv.state()["state"] == "estop", 10, "e-stopped")
         n1 = srv.get("/api/recordings/status")[1]["messages"]
