@@ -71,9 +71,16 @@ class TelemetryConfig(Table):
     max_per_address: ibetween(1, 10000) = 32
     reserved_for_lease: ibetween(0, 10000) = 2
     reserved_for_operators: ibetween(0, 10000) = 10
+    # the dashboard's link verdict (issue 20 §4): a round trip or telemetry age above link_degraded_ms is
+    # "degraded", above link_bad_ms "bad" (operators' performance degrades from 200-300 ms: docs/networks.md)
+    link_degraded_ms: between(1.0, 60000.0) = 150.0
+    link_bad_ms: between(1.0, 60000.0) = 400.0
 
     def __post_init__(self) -> None:
         self.slots().check("max_clients")
+        if self.link_bad_ms <= self.link_degraded_ms:
+            raise ValueError(f"link_bad_ms ({self.link_bad_ms:g}) must be above link_degraded_ms "
+                             f"({self.link_degraded_ms:g})")
 
     def slots(self) -> SlotLimits:
         return SlotLimits(total=self.max_clients, per_session=self.max_per_session, per_address=self.max_per_address,

@@ -130,6 +130,7 @@ class Robot:
                        "sensor_stale_s": p.safety.sensor_stale_s,
                        "rules": [_rule_json(r) for r in self.safety.rules]},
             "telemetry_rate_hz": p.telemetry.rate_hz,
+            "link_verdict_ms": {"degraded": p.telemetry.link_degraded_ms, "bad": p.telemetry.link_bad_ms},
             "loop_rate_hz": p.loop.rate_hz,
             "external": self.external.describe(),
             **self.driver.describe(),

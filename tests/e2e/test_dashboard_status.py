@@ -124,6 +124,28 @@ def test_angle_widgets_show_the_degree_sign_never_deg(dashboard_server, open_das
     assert texts and not [t for t in texts if re.search(r"\bdeg\b", t)], texts
 
 
+def test_the_link_panel_shows_the_telemetry_in_use_and_no_video_figures_without_video(dashboard_server,
+                                                                                       open_dashboard):
+    """Issue 20 §4: what this page receives per stream, measured (kbit/s over the last second); with the video
+    off (the tests' default) its age, rate and loss say "—" rather than a guess (with video:
+    tests/linkemu/test_video_over_the_link.py)."""
+    server = dashboard_server()
+    dash = open_dashboard(server)
+    field = "#link-panel [data-field={}]"
+    dash.page.wait_for_function("(sel) => /^[0-9]/.test(document.querySelector(sel).textContent)",
+                                arg=field.format("telemetry_kbit"), timeout=30000)
+    kbit = float(dash.page.inner_text(field.format("telemetry_kbit")).replace(",", ""))
+    assert kbit > 0.5, kbit  # 20 snapshots a second of JSON
+    for name in ("video_kbit", "video_age", "video_loss"):
+        assert dash.page.inner_text(field.format(name)) == "—", name
+    # the verdict's thresholds come from the robot description (config: telemetry.link_degraded_ms, link_bad_ms)
+    assert dash.js("() => window.teleop.session.robot.link_verdict_ms") == {"degraded": 150, "bad": 400}
+    verdicts = dash.js("""async () => { const { verdict } = await import('/static/js/link.js');
+        const limits = {degraded: 50, bad: 200};
+        return [verdict(40, 10, limits), verdict(60, 10, limits), verdict(10, 250, limits), verdict(100, 100)]; }""")
+    assert verdicts == ["good", "degraded", "bad", "good"], verdicts
+
+
 def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(dashboard_server, open_dashboard,
                                                                             wait_for, tmp_path):
     # the sim rover at 4x, turning fast, so the real calibration run takes seconds; no stored calibration

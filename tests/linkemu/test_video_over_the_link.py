@@ -205,6 +205,11 @@ def test_on_bad_a_stalled_picture_greys_out_says_delayed_and_both_go_away(linked
     browser = operator_browser(srv.link)
     context, page, errors = open_page(browser, srv, "otto")
     wait_video(page, "webrtc")
+    # the link panel's video figures, measured by the page (issue 20 §4)
+    page.wait_for_function("() => ['video_age', 'video_kbit', 'telemetry_kbit', 'video_loss'].every((n) =>"
+                           " /^[0-9]/.test(document.querySelector(`#link-panel [data-field=${n}]`).textContent))",
+                           timeout=LONG_MS)
+    assert float(page.inner_text("#link-panel [data-field=video_kbit]").replace(",", "")) > 10
     srv.link.set_profile("bad")
     page.evaluate("""() => {
         const root = document.querySelector('figure.vp');

@@ -33,6 +33,8 @@ def test_ok__default_profile_loads() -> None:
         ("[[safety.rules]]\nname='x'\nchannel='a'\nbelow=1\nwhen='sometimes'\n", "safety.rules[0].when"),
         ("[[safety.rules]]\nchannel='a'\nbelow=1\n", "safety.rules[0].name"),
         ("[robot]\nprofile='tank'\n", "robot.profile"),
+        ("[telemetry]\nlink_degraded_ms = 0\n", "telemetry.link_degraded_ms"),
+        ("[telemetry]\nlink_bad_ms = 100\n", "telemetry"),  # not above link_degraded_ms (150)
         ("bogus = 1\n", "bogus"),
         ("loop = 3\n", "loop"),
     ],

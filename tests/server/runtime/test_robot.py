@@ -47,3 +47,10 @@ def test_a_reconnect_method_alone_does_not_make_a_reconnecting_driver() -> None:
 
     assert Reconnector.for_driver(Undeclared({}, {}), Quiet()) is None and Activator.for_driver(Undeclared({}, {})) is None
     assert Reconnector.for_driver(Declared({}, {}), Quiet()) is not None and Activator.for_driver(Declared({}, {}))
+
+
+def test_the_link_verdict_thresholds_are_in_the_description() -> None:
+    """telemetry.link_degraded_ms / link_bad_ms reach the dashboard through the robot description (link.js)."""
+    described = Robot(load_config(None, overrides={"telemetry": {"link_degraded_ms": 80.0, "link_bad_ms": 250.0}}))
+    assert described.describe()["link_verdict_ms"] == {"degraded": 80.0, "bad": 250.0}
+    assert Robot(load_config(None)).describe()["link_verdict_ms"] == {"degraded": 150.0, "bad": 400.0}

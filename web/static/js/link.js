@@ -6,14 +6,19 @@
 // - clock sync: whether the server could read this page's stamps yet (until then: arrival-time rules);
 // - telemetry via: the path of the last snapshot shown (the WebRTC data channel while the video is WebRTC);
 // - the latency governor: the snapshot's link.governor ("speed capped: link 420 ms" in the top bar);
-// - a verdict, good / degraded / bad, from the round trip and the telemetry age (thresholds below, the
-//   governor's defaults: docs/networks.md).
+// - video age (capture → shown, the video panel's) and what this page receives, per stream: telemetry (its JSON,
+//   socket and data channel) and video (the transport's bytes), kbit/s over the last second or more; the video's
+//   RTP loss (WebRTC only: a websocket's TCP hides its retransmissions from the page);
+// - a verdict, good / degraded / bad, from the round trip and the telemetry age (thresholds from the robot
+//   description, in config: docs/networks.md).
 
 import { session } from "./session.js";
 import { formatNumber, setText } from "./format.js";
 
-const DEGRADED_MS = 150;   // a round trip or telemetry age above this: degraded
-const BAD_MS = 400;        // above this: bad (operators' performance plateaus there)
+// a round trip or telemetry age above `degraded` ms: degraded; above `bad`: bad. The robot description's
+// link_verdict_ms (config: telemetry.link_degraded_ms, link_bad_ms); these are its defaults (a recording made
+// before it existed has none)
+export const VERDICT_MS = Object.freeze({ degraded: 150, bad: 400 });
 
 function fields(root) {
   const out = {};
@@ -21,14 +26,74 @@ function fields(root) {
   return out;
 }
 
-export function verdict(rttMs, ageMs) {
+export function verdict(rttMs, ageMs, limits = VERDICT_MS) {
   const worst = Math.max(Number.isFinite(rttMs) ? rttMs : 0, Number.isFinite(ageMs) ? ageMs : 0);
   if (!Number.isFinite(rttMs) && !Number.isFinite(ageMs)) return "unknown";
-  return worst > BAD_MS ? "bad" : worst > DEGRADED_MS ? "degraded" : "good";
+  return worst > limits.bad ? "bad" : worst > limits.degraded ? "degraded" : "good";
 }
 
-export function createLinkPanel({ root, badge }) {
+function limitsOf(robot) {
+  const l = robot && robot.link_verdict_ms;
+  return l && Number.isFinite(l.degraded) && Number.isFinite(l.bad) ? l : VERDICT_MS;
+}
+
+/** kbit/s of a growing byte counter, over the last ``RATE_WINDOW_MS`` or more (null until there is a window). */
+const RATE_WINDOW_MS = 1000;
+export function rateMeter() {
+  let from = null;
+  let last = null;
+  return (bytes, nowMs) => {
+    if (from === null || bytes < from.bytes) from = { bytes, t: nowMs };  // first, or a counter that restarted
+    if (nowMs - from.t >= RATE_WINDOW_MS) {
+      last = ((bytes - from.bytes) * 8) / (nowMs - from.t);  // bits per ms = kbit/s
+      from = { bytes, t: nowMs };
+    }
+    return last;
+  };
+}
+
+export function createLinkPanel({ root, badge, video = () => null }) {
   const f = fields(root);
+  const telemetryRate = rateMeter();
+  const videoRate = rateMeter();
+  const channelRate = rateMeter();
+  let videoStats = null;       // the video transport's last figures (polled once a second: getStats is async)
+  let polling = false;
+  let polledAt = -Infinity;
+  let videoKbit = null;
+  let channelKbit = null;      // the WebRTC telemetry channel's (as of the last poll)
+  function pollVideo(nowMs) {
+    const v = video();
+    if (!v || !v.transportStats) {
+      videoStats = null;
+      videoKbit = null;
+      channelKbit = null;
+      return;
+    }
+    if (polling || nowMs - polledAt < RATE_WINDOW_MS) return;
+    polling = true;
+    polledAt = nowMs;
+    v.transportStats().then((st) => {
+      videoStats = st;
+      const now = performance.now();
+      if (st && Number.isFinite(st.bytes)) videoKbit = videoRate(st.bytes, now);
+      channelKbit = st && st.telemetry ? channelRate(st.telemetry.bytes || 0, now) : null;
+    }, () => { videoStats = null; }).finally(() => { polling = false; });
+  }
+  function showStreams(nowMs) {
+    pollVideo(nowMs);
+    const socketKbit = telemetryRate(session.rxBytes, nowMs);
+    const tkbit = socketKbit === null ? null : socketKbit + (channelKbit || 0);
+    setText(f.telemetry_kbit, tkbit === null ? "—" : formatNumber(tkbit, 0));
+    setText(f.video_kbit, videoStats && videoKbit !== null ? formatNumber(videoKbit, 0) : "—");
+    const lost = videoStats && Number.isFinite(videoStats.packetsLost) ? videoStats.packetsLost : null;
+    const got = videoStats && Number.isFinite(videoStats.packetsReceived) ? videoStats.packetsReceived : null;
+    setText(f.video_loss, lost === null || got === null || lost + got <= 0 ? "—"
+      : formatNumber((100 * Math.max(0, lost)) / (lost + got), 1));
+    const v = video();
+    const age = v && v.stats ? v.stats().latencyMs : null;
+    setText(f.video_age, Number.isFinite(age) ? formatNumber(age, 0) : "—");
+  }
   return {
     setState(snap) {
       root.classList.toggle("stale", snap === null);
@@ -46,6 +111,7 @@ export function createLinkPanel({ root, badge }) {
       setText(f.telemetry_age, ageMs === null ? "—" : formatNumber(ageMs, 0));
       setText(f.stale, String(session.commandsDropped.stale));
       setText(f.reordered, String(session.commandsDropped.reordered));
+      if (f.telemetry_kbit) showStreams(performance.now());
       setText(f.sync, session.syncs >= 2 ? "synced" : "not synced (arrival-time rules)");
       if (f.telemetry_via) setText(f.telemetry_via, session.telemetryVia);
       const cmdAge = Number.isFinite(link.command_age_s) ? link.command_age_s * 1000 : null;
@@ -53,7 +119,7 @@ export function createLinkPanel({ root, badge }) {
       const state = gov.enabled === false ? "off" : gov.state || "—";
       const delayMs = Number.isFinite(gov.delay_s) ? gov.delay_s * 1000 : null;
       setText(f.governor, state === "capped" ? `capped to ${Math.round((gov.scale ?? 1) * 100)} %` : state);
-      const v = verdict(rtt, ageMs);
+      const v = verdict(rtt, ageMs, limitsOf(session.robot));
       setText(f.verdict, v);
       f.verdict.className = `verdict verdict-${v}`;
       const capped = state === "capped" || state === "stop";

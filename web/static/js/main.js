@@ -87,7 +87,7 @@ const plots = createPlots({
   container: $("#plots"), panel: $("#plots-panel"), windowSelect: $("#plot-window"), onChannels: () => subscribe(),
 });
 const acquisition = createAcquisition({ panel: $("#acquisition-panel"), form: $("#acq-form"), log });
-const linkPanel = createLinkPanel({ root: $("#link-panel"), badge: $("#governor-badge") });
+const linkPanel = createLinkPanel({ root: $("#link-panel"), badge: $("#governor-badge"), video: () => video });
 const panels = [badge, controls, drive, health, linkPanel, gauges, plots, log, acquisition];
 let video = null;
 

@@ -58,6 +58,7 @@ export class Session {
     this.latest = null;
     this.dropped = { last: 0, total: 0 };
     this.counts = { telemetry: 0, event: 0, error: 0 };
+    this.rxBytes = 0;              // received on the socket (text as UTF-16 code units, ~bytes of its JSON)
     this._listeners = new Map();
     this._pending = new Map();
     this._posted = new Map();      // id -> type of fire-and-forget messages
@@ -229,6 +230,7 @@ export class Session {
     ws.onmessage = (e) => {
       if (ws !== this.ws) return;
       this.lastRxMs = performance.now();
+      this.rxBytes += typeof e.data === "string" ? e.data.length : e.data.byteLength || e.data.size || 0;
       this._onMessage(e.data);
     };
     ws.onclose = (e) => {

@@ -75,7 +75,7 @@ async function inflate(buf) {
 export function openTelemetryChannel(pc, session) {
   const dc = pc.createDataChannel("telemetry", { ordered: false, maxRetransmits: 0 });
   const keys = new Map();
-  const counts = { keyframes: 0, patches: 0, orphans: 0, shown: 0, errors: 0 };
+  const counts = { keyframes: 0, patches: 0, orphans: 0, shown: 0, errors: 0, bytes: 0 };  // bytes: as received
   let subscribed = "";
   const channel = {
     get open() { return dc.readyState === "open"; },
@@ -91,6 +91,7 @@ export function openTelemetryChannel(pc, session) {
   };
   dc.binaryType = "arraybuffer";
   dc.onmessage = async (e) => {
+    counts.bytes += typeof e.data === "string" ? e.data.length : e.data.byteLength;
     let msg;
     try {
       // snapshots come as one zlib stream each (binary), replies as text

@@ -149,6 +149,7 @@ export function startWebRtc({ video, session, onFrame, onRate = () => {}, onFail
           st.frameWidth = s.frameWidth;
           st.frameHeight = s.frameHeight;
           st.packetsLost = s.packetsLost;
+          st.packetsReceived = s.packetsReceived;
         }
       });
       st.channels = channels ? { ...channels.counts, open: channels.open } : null;
