@@ -40,6 +40,30 @@ def test_video_panel_streams_and_shows_fps_and_latency(dashboard_server, open_da
     assert not dash.console_errors()
 
 
+def test_the_first_picture_after_a_reconnect_is_marked(dashboard_server, open_dashboard) -> None:
+    """Issue 20 §4: the dashboard's socket drops and comes back; the video restarts, and its first picture says
+    it is one (the scene may have jumped), for 2 s. An observer records what the panel showed."""
+    srv = dashboard_server(VIDEO)
+    dash = open_dashboard(srv)
+    page = dash.page
+    page.wait_for_function("() => window.teleopVideo && window.teleopVideo.stats().frames >= 10", timeout=45000)
+    assert page.is_hidden(".vp-reconnected")  # the first picture of all is not a reconnect
+    page.evaluate("""() => {
+        const el = document.querySelector('.vp-reconnected');
+        window.__marks = [];
+        new MutationObserver(() => { if (!el.hidden) window.__marks.push(el.textContent); })
+            .observe(el, {attributes: true, childList: true, characterData: true, subtree: true});
+        window.__epoch = window.teleop.session.epoch;
+        window.teleop.session.ws.close();
+    }""")
+    page.wait_for_function("() => window.teleop.session.epoch > window.__epoch", timeout=45000)  # a new hello
+    page.wait_for_function("() => window.__marks.length > 0", timeout=45000)
+    marks = page.evaluate("() => window.__marks")
+    assert all(m.startswith("RECONNECTED · new picture") for m in marks), marks
+    assert page.evaluate("() => window.teleopVideo.stats().reconnectMarks") == 1
+    page.wait_for_function("() => document.querySelector('.vp-reconnected').hidden", timeout=30000)  # for a while
+
+
 def test_navigation_panel_follows_the_estimator(dashboard_server, open_dashboard, wait_for) -> None:
     # the heading behaviour runs on the page's heartbeats; not a watchdog test: a late heartbeat on a loaded
     # machine must not end the run before the form is checked (the profile's 0.5 s did once)

@@ -13,7 +13,9 @@
 // read from the capture-time strip in the picture itself when the camera draws one (the sim camera:
 // video/strip.js), else from the frame's capture stamp (JPEG and H.264 headers; WebRTC: the RTP
 // timestamp and the clock the server sends). Over 0.5 s the picture says DELAYED; with no new picture
-// for 1 s it greys out and says for how long ("frozen"), so no freeze goes unannounced.
+// for 1 s it greys out and says for how long ("frozen"), so no freeze goes unannounced. The first picture of
+// a new transport after one was shown (the dashboard reconnected, a transport fell back) says
+// "RECONNECTED · new picture after n s" for 2 s: the scene may have jumped.
 //
 // Marker overlays (docs/vision.md): while the vision pipeline runs (GET /api/vision), a "Markers"
 // switch (remembered in localStorage) opens /ws/vision and draws each result over the picture in an
@@ -41,6 +43,7 @@ const BACKOFF_MIN_MS = 500;
 const BACKOFF_MAX_MS = 8000;
 const FROZEN_AFTER_MS = 1000;  // no new picture for this long: grey out, say so
 const DELAYED_AFTER_MS = 500;  // a picture older than this: "DELAYED n ms"
+const MARK_MS = 2000;          // how long the first picture after a reconnect is marked as such
 const OVERLAY_EVERY_MS = 250;
 const FPS_WINDOW_MS = 2000;
 const AGES_KEPT = 20000;
@@ -222,6 +225,7 @@ function createVisionOverlay(frame, { strokePx = 2 } = {}) {
     close() {
       closed = true;
       clearInterval(ticker);
+      clearTimeout(markTimer);
       disconnect();
     },
   };
@@ -252,9 +256,11 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
   const sizeEl = el("span", "vp-size");
   const delayedEl = el("span", "vp-delayed", { role: "status" });
   delayedEl.hidden = true;
+  const reconnectedEl = el("span", "vp-reconnected", { role: "status" });
+  reconnectedEl.hidden = true;
   const statusEl = el("p", "vp-status", { role: "status", "aria-live": "polite" });
   overlay.append(transportEl, fpsEl, latEl, sizeEl);
-  frame.append(video, canvas, img, overlay, delayedEl, statusEl);
+  frame.append(video, canvas, img, overlay, delayedEl, reconnectedEl, statusEl);
   const bar = el("div", "vp-bar");
   const select = el("select", "vp-mode", { "aria-label": "Video transport" });
   for (const m of MODES) {
@@ -288,7 +294,9 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
   const ages = [];
   let agesBase = 0;
   const s = { frames: 0, fps: 0, latencyMs: null, ageSource: null, seq: 0, width: 0, height: 0, errors: 0,
-    freezes: 0, maxGapMs: 0, delayedShown: 0 };
+    freezes: 0, maxGapMs: 0, delayedShown: 0, reconnectMarks: 0 };
+  let markNext = false;         // a new transport after a picture was shown: mark its first frame
+  let markTimer = null;
 
   // ------------------------------------------------------------------ transports
 
@@ -300,6 +308,7 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
 
   function use(kind, handle, reason) {
     transport = { kind, handle };
+    markNext = s.frames > 0;
     why = reason;
     for (const k of ["webrtc", "h264", "jpeg"]) root.classList.toggle(`vp-t-${k}`, k === kind);
     setText(transportEl, LABEL[kind]);
@@ -362,6 +371,7 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
 
   function shown(f) {
     const t = nowMs();
+    if (markNext) markReconnect(lastFrameAt ? t - lastFrameAt : null);
     const robotNow = f.displayMs + (Number(clockOffset()) || 0);
     let age = null;
     let src = null;
@@ -413,6 +423,17 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
     if (delayed) setText(delayedEl, `DELAYED ${Math.round(age)} ms`);
     renderOverlay(false);
     if (wasFrozen) render();
+  }
+
+  /** The first picture of a new transport after one was shown (a reconnect, a fallback): say so for a while. */
+  function markReconnect(gapMs) {
+    markNext = false;
+    s.reconnectMarks += 1;
+    setText(reconnectedEl, gapMs === null ? "RECONNECTED · new picture"
+      : `RECONNECTED · new picture after ${(gapMs / 1000).toFixed(1)} s`);
+    reconnectedEl.hidden = false;
+    clearTimeout(markTimer);
+    markTimer = setTimeout(() => { reconnectedEl.hidden = true; }, MARK_MS);
   }
 
   function onText(msg) {
@@ -525,6 +546,7 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
     close() {
       closed = true;
       clearInterval(ticker);
+      clearTimeout(markTimer);
       retry.cancel();
       vision.close();
       stopTransport();
