@@ -146,6 +146,18 @@ def test_the_link_panel_shows_the_telemetry_in_use_and_no_video_figures_without_
     assert verdicts == ["good", "degraded", "bad", "good"], verdicts
 
 
+def test_the_reconnect_backoff_doubles_to_its_cap_with_bounded_jitter_and_resets(dashboard_server,
+                                                                                   open_dashboard):
+    """reconnect.js's Backoff, which every socket of the dashboard and the hub's fleet page retries with."""
+    dash = open_dashboard(dashboard_server())
+    delays = dash.js("""async () => { const { Backoff } = await import('/static/js/reconnect.js');
+        const b = new Backoff({ minMs: 500, maxMs: 10000, jitter: 0.25 });
+        const out = []; for (let i = 0; i < 8; i++) out.push(b.next());
+        b.reset(); out.push(b.next()); return out; }""")
+    bases = [500, 1000, 2000, 4000, 8000, 10000, 10000, 10000, 500]
+    assert all(0.75 * base <= d <= 1.25 * base for d, base in zip(delays, bases)), list(zip(delays, bases))
+
+
 def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(dashboard_server, open_dashboard,
                                                                             wait_for, tmp_path):
     # the sim rover at 4x, turning fast, so the real calibration run takes seconds; no stored calibration

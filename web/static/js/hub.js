@@ -4,6 +4,7 @@
 // a link to each robot's full dashboard through the hub (/fleet/{id}/).
 
 import { apiFetch, apiGet, describeError, whoAmI } from "./api.js";
+import { Backoff } from "./reconnect.js";
 
 const PREVIEW_MS = 500;   // the hub's preview: at most 2 frames a second, only while the drive panel is open
 
@@ -74,11 +75,17 @@ function drawMap() {
 
 function update(robot) { robotsById.set(robot.id, robot); card(robot); }
 
+// a hub that is down is retried with backoff (0.5 s doubling to 10 s, jittered), not by every page each second
+const fleetRetry = new Backoff({ minMs: 500, maxMs: 10000 });
+
 function connectFleet() {
   const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws/fleet`);
-  ws.onopen = () => text(document.getElementById("hub-link"), "live");
+  ws.onopen = () => { fleetRetry.reset(); text(document.getElementById("hub-link"), "live"); };
   ws.onmessage = (ev) => { const m = JSON.parse(ev.data); if (m.type === "robot") update(m.data); };
-  ws.onclose = () => { text(document.getElementById("hub-link"), "reconnecting…"); setTimeout(connectFleet, 1000); };
+  ws.onclose = () => {
+    const delay = fleetRetry.schedule(connectFleet);
+    text(document.getElementById("hub-link"), `reconnecting in ${(delay / 1000).toFixed(1)} s…`);
+  };
 }
 
 function showError(err) { text(document.getElementById("drive-error"), err.message || String(err)); }

@@ -1,5 +1,5 @@
 // The one reconnect helper: exponential backoff with jitter, for every socket the dashboard keeps open
-// (session.js's telemetry socket, the video and overlay sockets of video.js, the WebRTC signalling).
+// (session.js's telemetry socket, the video and overlay sockets of video.js, the WebRTC signalling, the hub's fleet socket).
 //
 //   const retry = new Backoff({ minMs: 250, maxMs: 8000 });
 //   retry.schedule(connect);   // calls connect() after the next delay (min, 2·min, … max, ±jitter)
