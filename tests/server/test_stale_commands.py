@@ -120,17 +120,20 @@ def test_unstamped_and_unsynced_clients_keep_arrival_time_rules(server_factory) 
 
 def test_stale_heartbeats_do_not_keep_the_robot_alive(server_factory) -> None:
     """A stop path: heartbeats that arrive but were sent longer than command_timeout_s ago (a link that delivers
-    late) must not hold off the link-loss stop; fresh ones do."""
-    srv = server_factory({"safety": {"command_timeout_s": 0.5}})
+    late) must not hold off the link-loss stop; fresh ones do.
+
+    The timeout is 2 s (not 0.5): with 0.5 a loaded machine once stopped the robot by link loss during the fresh
+    heartbeats (a fresh-clone run), a gap of the test's own making; the stale ones are 3 s old, past it either way."""
+    srv = server_factory({"safety": {"command_timeout_s": 2.0}})
 
     async def body(c: StampedClient):
         await c.call("start")
-        for _ in range(20):  # 1 s of fresh heartbeats: it keeps running
+        for _ in range(60):  # 3 s of fresh heartbeats, longer than the timeout: it keeps running
             await c.send("heartbeat")
             await asyncio.sleep(0.05)
         running = srv.state()["state"]
-        while srv.state()["state"] == "running":  # now only stale ones (each 1 s old)
-            await c.send("heartbeat", age_s=1.0)
+        while srv.state()["state"] == "running":  # now only stale ones (each 3 s old)
+            await c.send("heartbeat", age_s=3.0)
             await asyncio.sleep(0.05)
         # one-way: no ack tells the gateway of a dropped heartbeat; the runtime's per-stream counts do
         assert wait_until(lambda: any(s.get("synced") and s["stale_dropped"] >= 1 for s in per_client(srv)), 10,

@@ -23,7 +23,10 @@ CLEAN_MAG = {"magnetometer": {"hard_iron_ut": [0.0, 0.0, 0.0], "soft_iron": [1.0
 
 
 def heading_config(tmp_path, **extra: Any) -> dict[str, Any]:
-    cfg: dict[str, Any] = {"driver": {"time_scale": FAST, **CLEAN_MAG}, "server": {"state_dir": str(tmp_path)}}
+    # the link timeout out of the way (none of these tests is about link loss): a heartbeat thread's 0.5 s gap
+    # on a loaded machine once stopped the robot mid-turn (a fresh-clone run)
+    cfg: dict[str, Any] = {"driver": {"time_scale": FAST, **CLEAN_MAG}, "server": {"state_dir": str(tmp_path)},
+                           "safety": {"command_timeout_s": 5.0}}
     for key, value in extra.items():
         cfg[key] = {**cfg.get(key, {}), **value}
     return cfg
