@@ -68,7 +68,8 @@ def state_file(tmp_path: Path) -> Path:
 
 # ---------------------------------------------------------------------- magnetometer
 def test_magnetometer_calibration_run_fits_stores_applies_and_reloads(server_factory, tmp_path) -> None:
-    srv = server_factory({"driver": {"time_scale": FAST}, "server": {"state_dir": str(tmp_path)}})
+    srv = server_factory({"driver": {"time_scale": FAST}, "server": {"state_dir": str(tmp_path)},
+                          "safety": {"command_timeout_s": 5.0}})  # not a link-loss test: a loaded heartbeat thread
     wait_until(lambda: srv.state()["values"]["heading_deg"] is not None, 5, "a heading")
     before = heading_error(srv)
     assert abs(before) > 3.0  # the profile's iron pulls the uncalibrated compass off
@@ -108,7 +109,8 @@ def test_magnetometer_calibration_refused_unless_running(server_factory, tmp_pat
 
 
 def test_stop_cancels_the_magnetometer_run_and_stores_nothing(server_factory, tmp_path) -> None:
-    srv = server_factory({"driver": {"time_scale": FAST}, "server": {"state_dir": str(tmp_path)}})
+    srv = server_factory({"driver": {"time_scale": FAST}, "server": {"state_dir": str(tmp_path)},
+                          "safety": {"command_timeout_s": 5.0}})  # not a link-loss test: a loaded heartbeat thread
     assert srv.post("/api/start")[0] == 200
     with Heartbeat(srv):
         assert srv.post("/api/calibration/magnetometer")[0] == 200
