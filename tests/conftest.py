@@ -110,6 +110,12 @@ class ServerProc:
                 "--log-level", "INFO"]
 
     def start(self) -> "ServerProc":
+        # a restart: the last process's pump thread ends first. Its "the output ended" wake-up checked that its
+        # process was still the current one and then set the event, and a start in between (after a kill)
+        # cleared the event before that set: the new start woke at once and said the hub "did not start"
+        # (a fresh-clone run)
+        if (previous := getattr(self, "_pump_thread", None)) is not None:
+            previous.join(10)
         self._ready.clear()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # its three interpreters compile the sources once, not every start
@@ -139,7 +145,7 @@ class ServerProc:
                 self.port = int(m.group(1))
                 self._listening = True
                 self._ready.set()
-        if proc is self.proc:  # a restarted server's old pump ends late: it must not wake the new start
+        if proc is self.proc:  # (start() joins this thread before it starts another process)
             self._ready.set()  # the output ended: it exited (a config error) — no need to wait out the deadline
 
     def log_line(self, predicate: "str | Callable[[str], bool]", timeout_s: float = 30.0) -> str:
