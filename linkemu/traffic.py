@@ -23,7 +23,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from linkemu.link import OPERATOR_IP, ROBOT_IP, Link
 
@@ -99,10 +99,12 @@ def receive_stamped(sock: socket.socket) -> tuple[bytes, float]:
 
 
 def probe(link: Link, direction: str, count: int, interval_s: float, size_bytes: int = 100,
-          port: int = 40001, drain_s: float | None = None) -> Probes:
+          port: int = 40001, drain_s: float | None = None,
+          on_sent: Callable[[int], None] | None = None) -> Probes:
     """Send ``count`` UDP probes ``interval_s`` apart across ``direction`` ("uplink": robot →
     operator); then wait until all have arrived, or for ``drain_s`` at most (default: twice the
-    direction's delay, jitter and queue, plus 1 s) for the last of them."""
+    direction's delay, jitter and queue, plus 1 s) for the last of them. ``on_sent(seq)`` runs in
+    the sending thread after each probe is sent (a test changes the link at a given probe)."""
     source, sink, sink_ip = _ends(link, direction)
     d = link.profile.direction(direction)
     drain_s = 2 * (d.delay_s + d.jitter_s + d.queue_s) + 1.0 if drain_s is None else drain_s
@@ -138,6 +140,8 @@ def probe(link: Link, direction: str, count: int, interval_s: float, size_bytes:
             if delay > 0:
                 time.sleep(delay)
             tx.sendto(_PROBE.pack(seq, time.time()) + pad, (sink_ip, port))
+            if on_sent is not None:
+                on_sent(seq)
             next_t += interval_s
     finally:
         sending_done.set()

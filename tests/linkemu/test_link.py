@@ -136,28 +136,27 @@ def test_blackout_on_and_off_while_traffic_flows(link):
         assert not probe(link, "uplink", 20, 0.01, drain_s=0.3).received
         assert probe(link, "downlink", 20, 0.01).loss == 0
 
-    # a timed blackout, started by the API in the middle of a stream: a hole of its length
-    result = {}
-    stream = threading.Thread(target=lambda: result.setdefault("p", probe(link, "uplink", 300, 0.01)))
-    stream.start()
-    time.sleep(0.8)
-    link.blackout(1.0)
-    stream.join()
-    sent_times = [s for _, s, _ in result["p"].received]
+    # a timed blackout, started by the API in the middle of a stream (after its 80th probe, in the sending
+    # thread: not after a sleep, which a loaded machine can stretch past the stream): a hole of its length
+    def dark_at_80(seq: int) -> None:
+        if seq == 79:
+            link.blackout(1.0)
+
+    p = probe(link, "uplink", 300, 0.01, on_sent=dark_at_80)
+    sent_times = [s for _, s, _ in p.received]
     hole_s = max(b - a for a, b in zip(sent_times, sent_times[1:]))
     assert 0.75 <= hole_s <= 1.5, f"a 1 s blackout made a hole of {hole_s:.3f} s"
-    assert result["p"].received[-1][0] == 299, "the stream did not resume after the blackout"
+    assert p.received[-1][0] == 299, "the stream did not resume after the blackout"
 
 
 def test_a_stall_delivers_everything_late_and_in_order(link):
     link.set_profile(two_way("plain", Direction(delay_s=0.010)))
-    result = {}
-    stream = threading.Thread(target=lambda: result.setdefault("p", probe(link, "uplink", 150, 0.01)))
-    stream.start()
-    time.sleep(0.5)
-    link.stall(0.4, "uplink")
-    stream.join()
-    p = result["p"]
+
+    def stall_at_50(seq: int) -> None:  # in the sending thread, mid-stream (a sleep could miss the stream)
+        if seq == 49:
+            link.stall(0.4, "uplink")
+
+    p = probe(link, "uplink", 150, 0.01, on_sent=stall_at_50)
     assert p.loss == 0, f"a stall lost {len(p.lost_seqs)} packets"
     assert p.in_order
     worst = max(p.delays_s)
@@ -174,15 +173,18 @@ def test_blackout_schedule_of_a_profile(link):
 
 
 def test_profile_changes_live_without_a_restart(link):
+    """The profile changes after the 50th of 150 probes, in the sending thread (not after a sleep: a loaded
+    machine once let the whole stream go by before the change, a fresh-clone run): the first 40 took the old
+    delay, the last 40, sent after the change, the new one; the same delay line carried them all."""
     link.set_profile(two_way("before", Direction(delay_s=0.010)))
     pid = link.delayline_info["pid"]
-    result = {}
-    stream = threading.Thread(target=lambda: result.setdefault("p", probe(link, "uplink", 150, 0.01)))
-    stream.start()
-    time.sleep(0.7)
-    link.set_profile(two_way("after", Direction(delay_s=0.100)))
-    stream.join()
-    delays = result["p"].delays_s
+
+    def change_at_50(seq: int) -> None:
+        if seq == 49:
+            link.set_profile(two_way("after", Direction(delay_s=0.100)))
+
+    delays = probe(link, "uplink", 150, 0.01, drain_s=2.0, on_sent=change_at_50).delays_s
+    assert len(delays) >= 140, len(delays)
     assert within(statistics.median(delays[:40]), 0.010, DELAY_TOLERANCE)
     assert within(statistics.median(delays[-40:]), 0.100, DELAY_TOLERANCE)
     assert link.delayline_info["pid"] == pid and link.alive
