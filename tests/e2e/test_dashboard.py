@@ -115,6 +115,15 @@ def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(d
     assert dash.page.locator("#conn-banner").is_hidden()
     assert dash.page.locator("#estop-banner").is_hidden()
 
+    # the panels are drawn at most every 100 ms (main.js RENDER_PERIOD_MS) whatever the telemetry rate: counted in
+    # the page over 30 messages of an idle robot (no state change, so no render without the wait)
+    seen = dash.js("""async () => {
+        const s = window.teleop.stats, m0 = s.messages, r0 = s.renders, t0 = performance.now();
+        while (s.messages < m0 + 30) await new Promise((resolve) => setTimeout(resolve, 20));
+        return {messages: s.messages - m0, renders: s.renders - r0, ms: performance.now() - t0};
+    }""")
+    assert 1 <= seen["renders"] <= seen["ms"] / 100 + 2, seen
+
     # every control has an accessible name and can take keyboard focus
     unnamed = dash.js("""() => [...document.querySelectorAll('button, input, select, [role=application]')]
         .filter((el) => !(el.getAttribute('aria-label') || (el.labels && el.labels.length) || el.textContent.trim()))
