@@ -10,6 +10,13 @@ The server comes from ``tests/conftest.py`` (``server_factory``, ``wait_for``): 
 ``operator``: logged in through the login page, holding the lease), shared by consecutive tests
 of a module that ask for the same configuration.
 
+A test's first page opens in the *warm context*: one browser context kept for the whole run, with a
+page on ``127.0.0.1`` always open in it, so the dashboard loads into a live renderer process (a load
+in a new context started one: ~1.9 CPU-seconds of the machine where the warm one takes ~0.7). Between
+tests it keeps nothing: its other pages are closed, its cookies and every origin's storage cleared.
+A second user's page (its own cookies) and a page with context options (touch) get a context of
+their own, as before.
+
 Every page ``open_dashboard`` opens has ``window.fetch`` wrapped (an init script) and its network
 watched: under login, each state-changing request the dashboard makes must carry ``X-CSRF-Token``,
 or the test fails at teardown.
@@ -17,11 +24,14 @@ or the test fails at teardown.
 
 from __future__ import annotations
 
+import http.server
 import re
+import threading
+import urllib.parse
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pytest
 
@@ -58,6 +68,7 @@ class _Chromium:
     def __init__(self) -> None:
         self._pw = None
         self._browser = None
+        self._warm = None  # (context, keeper page)
 
     def get(self):
         if self._browser is not None and self._browser.is_connected():
@@ -78,7 +89,36 @@ class _Chromium:
             raise
         return self._browser
 
+    def warm_context(self):
+        """The warm context (module docstring), cleared of the last test's cookies and storage."""
+        browser = self.get()
+        if self._warm is None or self._warm[0].browser is not browser or self._warm[1].is_closed():
+            context = browser.new_context(viewport=DESKTOP)
+            keeper = context.new_page()
+            keeper.goto(_keeper_url())
+            self._warm = (context, keeper)
+        context, keeper = self._warm
+        self.clear_warm()
+        return context
+
+    def clear_warm(self, origins: Iterable[str] = ()) -> None:
+        """Close the warm context's pages but its keeper; clear its cookies and ``origins``' storage."""
+        if self._warm is None or self._warm[1].is_closed():
+            return
+        context, keeper = self._warm
+        for page in context.pages:
+            if page is not keeper:
+                page.close()
+        context.clear_cookies()
+        origins = set(origins)
+        if origins:
+            cdp = context.new_cdp_session(keeper)
+            for origin in origins:
+                cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
+            cdp.detach()
+
     def stop(self) -> None:
+        self._warm = None
         if self._browser is not None:
             try:
                 self._browser.close()
@@ -87,6 +127,37 @@ class _Chromium:
         if self._pw is not None:
             self._pw.stop()
         self._pw = self._browser = None
+
+
+class _KeeperPage(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        body = b"<!doctype html><title>keeper</title>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+_KEEPER: list[http.server.ThreadingHTTPServer] = []
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _keeper_url() -> str:
+    """A page on 127.0.0.1 (the site every test server is on) for the warm context to keep open."""
+    if not _KEEPER:
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeeperPage)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, name="keeper-page", daemon=True).start()
+        _KEEPER.append(srv)
+    return f"http://127.0.0.1:{_KEEPER[0].server_address[1]}/"
 
 
 _CHROMIUM = _Chromium()
@@ -270,21 +341,34 @@ class Dashboard:
 
 
 @pytest.fixture
-def open_dashboard(browser, wait_for):
+def open_dashboard(chromium, browser, wait_for):
     """open_dashboard(server, viewport=DESKTOP, setup=None, user=OPERATOR, take_lease=True, tab_of=None,
     **context_options) -> Dashboard, connected; ``setup(page)`` runs before the page loads.
 
     On a server with users (``server.login``) the page logs in as ``user`` through the login page and,
     with ``take_lease``, takes the control lease with its own button. ``tab_of=dash`` opens another tab
-    of that dashboard's browser (the same session, so it holds the lease too)."""
+    of that dashboard's browser (the same session, so it holds the lease too). The test's first page
+    without ``context_options`` opens in the warm context (module docstring); any later one, or one
+    with options, in a context of its own (its own cookies: another user)."""
     opened: list[Dashboard] = []
+    warm: list[Any] = []
+    visited: set[str] = set()  # every URL a page of the warm context loaded
 
     def open_(server, viewport: dict | None = None, setup: Callable[[Any], None] | None = None,
               user: str = OPERATOR, take_lease: bool = True, tab_of: Dashboard | None = None,
               **context_options: Any) -> Dashboard:
-        context = tab_of.context if tab_of is not None else \
-            browser.new_context(viewport=viewport or DESKTOP, **context_options)
+        if tab_of is not None:
+            context = tab_of.context
+        elif not context_options and not warm and not opened:
+            context = chromium.warm_context()
+            warm.append(context)
+        else:
+            context = browser.new_context(viewport=viewport or DESKTOP, **context_options)
         page = context.new_page()
+        if context in warm:
+            page.on("framenavigated", lambda frame: visited.add(frame.url))
+            if viewport is not None:
+                page.set_viewport_size(viewport)
         if setup is not None:  # before the page loads: routes, init scripts
             setup(page)
         dash = Dashboard(context, page, server, wait_for)
@@ -305,10 +389,14 @@ def open_dashboard(browser, wait_for):
     for dash in opened:
         if dash.session is not None:
             sessions[dash.session.cookie] = (dash.server, dash.session)
+        if dash.context in warm:
+            continue
         try:
             dash.context.close()
         except Exception:  # already closed by the test
             pass
+    if warm:  # the pages' origins: every server the test's dashboards used (a later test may get its port)
+        chromium.clear_warm({_origin(dash.server.url) for dash in opened} | {_origin(url) for url in visited})
     for srv, creds in sessions.values():  # the session ends with the test, and any lease or request it had
         if srv.proc is not None and srv.proc.poll() is None:
             srv.request("POST", "/api/auth/logout", body={}, headers={**creds.headers(), "Origin": srv.url})
