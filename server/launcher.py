@@ -232,11 +232,4 @@ def check_trust(profile: Profile, host: str) -> str:
     return startup_notice(users)
 
 
-def validate(profile: Profile) -> None:
-    """Everything a child would refuse, refused here first (exit 2 before anything starts)."""
-    from server.runtime.robot import build_driver
-
-    build_driver(profile)
-
-
-__all__ = ["ConfigError", "Launcher", "StartRefused", "check_trust", "validate"]
+__all__ = ["ConfigError", "Launcher", "StartRefused", "check_trust"]

@@ -22,13 +22,11 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
-from msgspec import Meta
 
 from robotics.estimation.uwb import fit_range_correction
-from server.config import Table
 from server.errors import ConflictError, ValidationError
 from server.runtime.behaviours.heading import HeadingBehavior
 from server.runtime.behaviours.magcal import MagCalibrationBehavior, fit_or_error
@@ -38,15 +36,6 @@ from server.runtime.loop import ControlLoop
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-
-
-class CalibrationConfig(Table):
-    """The ``[calibration]`` table."""
-
-    state_file: str = "calibration.json"  # in [server] state_dir
-    mag_turn_rate_rad_s: Annotated[float, Meta(ge=0.01, le=50.0)] = 0.4
-    mag_revolutions: Annotated[float, Meta(ge=1.0, le=10.0)] = 1.25
-    mag_timeout_s: Annotated[float, Meta(ge=1.0, le=3600.0)] = 120.0
 
 
 def _floats(v: Any, n: int | None, what: str) -> list[float]:
@@ -319,5 +308,5 @@ class Calibrations:
         }
 
 
-__all__ = ["CalibrationConfig", "Calibrations", "clean_orphaned_temporaries", "parse_state", "read_state_file",
+__all__ = ["Calibrations", "clean_orphaned_temporaries", "parse_state", "read_state_file",
            "write_state_file"]

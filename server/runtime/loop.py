@@ -43,13 +43,11 @@ import logging
 import math
 import threading
 import time
-from typing import Annotated, Any, Callable, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
-from msgspec import Meta
 
 from drivers.base import Driver, DriverState
 from drivers.errors import DriverError, DriverLinkError
-from server.config import Table
 from server.runtime.controllers.base import Controller
 from server.runtime.freshness import Freshness, Governor, Stamp
 from server.runtime.reconnect import Activator, Reconnector, lifecycle_status
@@ -58,24 +56,6 @@ from server.runtime.supervisor import Event, Inputs, OutputMode, Refused, State,
 from server.runtime.timing import GcPolicy, LoopStats, Schedule, try_realtime
 
 log = logging.getLogger(__name__)
-
-
-class LoopConfig(Table):
-    """The ``[loop]`` table."""
-
-    rate_hz: Annotated[float, Meta(ge=1.0, le=2000.0)] = 100.0
-    realtime: bool = True  # ask for SCHED_FIFO; falls back to normal priority if refused
-    spin_us: Annotated[float, Meta(ge=0.0, le=2000.0)] = 200.0  # busy-wait tail before each deadline
-    max_consecutive_overruns: Annotated[int, Meta(ge=1, le=100000)] = 10
-    # one tick later than this is a trigger of its own (a frozen process counts one overrun);
-    # default: five periods, but never under 0.1 s (a VM without PREEMPT_RT shows single ticks
-    # several milliseconds late under load, which must not e-stop a healthy robot)
-    max_stall_s: Annotated[float, Meta(gt=0.0, le=60.0)] | None = None
-    gc: bool = True  # freeze start-up objects and collect in the loop's slack (False: Python's default)
-
-    def __post_init__(self) -> None:
-        if self.max_stall_s is None:
-            self.max_stall_s = max(5.0 / self.rate_hz, 0.1)
 
 
 class Behavior(Protocol):
@@ -629,5 +609,5 @@ class ControlLoop:
         return {**record, "loop": self.stats.to_json()}
 
 
-__all__ = ["Behavior", "ControlLoop", "GcPolicy", "LoopConfig", "LoopStats", "Reading", "Refused", "Schedule", "Stage",
+__all__ = ["Behavior", "ControlLoop", "GcPolicy", "LoopStats", "Reading", "Refused", "Schedule", "Stage",
            "try_realtime"]

@@ -68,6 +68,18 @@ def test_server_refuses_to_start_on_bad_config(tmp_path: Path) -> None:
     assert "limits.linear_m_s" in proc.stderr and str(path) in proc.stderr
 
 
+def test_server_refuses_to_start_on_a_bad_driver_table_naming_the_key(tmp_path: Path) -> None:
+    """The driver's own table is checked where the driver is built, in the runtime (the launcher builds no
+    driver, docs/architecture.md): its refusal is still the command's exit 2 with the key named."""
+    path = tmp_path / "bad-driver.toml"
+    path.write_text((REPO / "config/rover-sim.toml").read_text().replace("seed = 1", "seed = 1\nwarp_factor = 9"))
+    proc = subprocess.run([sys.executable, "-m", "server", "--config", str(path), "--port", "0"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "configuration error" in proc.stderr and "driver.warp_factor" in proc.stderr, proc.stderr
+    assert "listening on" not in proc.stdout, proc.stdout
+
+
 def test_help_explains_usage() -> None:
     proc = subprocess.run([sys.executable, "-m", "server", "--help"], cwd=REPO, capture_output=True, text=True,
                           timeout=30)

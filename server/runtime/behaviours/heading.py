@@ -12,28 +12,15 @@ still applies (the link rule too: keep sending heartbeats).
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Any
 
-from msgspec import Meta
 
 from robotics.angles import wrap_deg
 from robotics.control import turn_rate
-from server.config import Table
 from server.runtime.behaviours.common import rounded, still
 from server.runtime.controllers.rover import RoverSetpoint
 from server.runtime.estimation import EstimationStage
-
-
-class HeadingConfig(Table):
-    """The ``[heading]`` table."""
-
-    tolerance_deg: Annotated[float, Meta(ge=0.1, le=45.0)] = 5.0
-    step_deg: Annotated[float, Meta(ge=1.0, le=180.0)] = 45.0  # turn at most this far between two measurements
-    turn_rate_rad_s: Annotated[float, Meta(ge=0.01, le=50.0)] = 0.8
-    min_turn_rate_rad_s: Annotated[float, Meta(ge=0.001, le=50.0)] = 0.08
-    settle_s: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.4  # pause before each measurement
-    coast_s: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.1  # the turn goes on ~this long after a zero command
-    timeout_s: Annotated[float, Meta(ge=1.0, le=3600.0)] = 60.0
+from server.runtime.settings import HeadingConfig
 
 
 class HeadingBehavior:

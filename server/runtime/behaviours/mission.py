@@ -37,42 +37,20 @@ from __future__ import annotations
 import copy
 import math
 import typing
-from typing import Annotated, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import msgspec
-from msgspec import Meta
 
 from robotics.angles import wrap_deg
 from robotics.pursuit import PurePursuit
-from server.config import Table
 from server.errors import ConflictError, NotFoundError, ValidationError
 from server.runtime.behaviours.common import rounded, still
-from server.runtime.behaviours.heading import HeadingBehavior, HeadingConfig
+from server.runtime.behaviours.heading import HeadingBehavior
 from server.runtime.controllers.rover import RoverSetpoint
 from server.runtime.estimation import EstimationStage
+from server.runtime.settings import HeadingConfig, MissionConfig
 from server.runtime_api.params import Empty, MissionParams, ReportParams, Waypoint
 from server.validation import check_range
-
-class MissionConfig(Table):
-    """The ``[mission]`` table (docs/missions.md)."""
-
-    speed_m_s: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.2  # cruise speed unless the mission gives one
-    lookahead_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.3  # pure pursuit's goal point ahead
-    arrival_tolerance_m: Annotated[float, Meta(gt=0.0, le=5.0)] = 0.03  # a stop counts as reached within this
-    settle_s: Annotated[float, Meta(ge=0.0, le=60.0)] = 0.5  # step mode: still for this long before the fix
-    fix_s: Annotated[float, Meta(ge=0.0, le=60.0)] = 1.0  # step mode: the UWB fixes of this long are averaged
-    leg_timeout_factor: Annotated[float, Meta(ge=1.0, le=100.0)] = 3.0
-    leg_timeout_margin_s: Annotated[float, Meta(ge=0.0, le=3600.0)] = 15.0
-    max_cross_track_m: Annotated[float, Meta(gt=0.0, le=100.0)] = 0.5  # the corridor either side of a leg
-    #: the field a mission's waypoints must lie in, ``[x_min_m, y_min_m, x_max_m, y_max_m]`` (world frame; empty:
-    #: anywhere within the API's 10 km)
-    field_m: list[float] = []
-
-    def __post_init__(self) -> None:
-        f = self.field_m
-        if f and (len(f) != 4 or not all(math.isfinite(v) for v in f) or f[0] >= f[2] or f[1] >= f[3]):
-            raise ValueError("[mission] field_m must be [x_min_m, y_min_m, x_max_m, y_max_m] with min < max")
-
 
 def compass_deg(dx: float, dy: float) -> float:
     """Compass heading (0 north, 90 east) of the direction (dx east, dy north).
@@ -647,5 +625,5 @@ class MissionMethods:
             return self.mission.report(p.max_points)
 
 
-__all__ = ["MissionBehavior", "MissionConfig", "MissionMethods", "MissionParams", "ReportParams", "Waypoint",
+__all__ = ["MissionBehavior", "MissionMethods", "MissionParams", "ReportParams", "Waypoint",
            "compass_deg"]

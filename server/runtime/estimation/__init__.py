@@ -11,7 +11,7 @@ One module per estimator, each a :class:`server.runtime.stage.Stage`:
 run in that order by :class:`~server.runtime.estimation.stage.EstimationStage`, the ``estimation``
 stage a controller names (``Controller.stages``; :data:`server.runtime.stage.STAGES` builds it with
 :func:`build_estimation`). :mod:`~server.runtime.estimation.channels` names the channels (units and
-frames), :mod:`~server.runtime.estimation.config` owns the ``[uwb]`` and ``[estimation]`` tables.
+frames), :mod:`server.runtime.settings` owns the ``[uwb]`` and ``[estimation]`` tables.
 
 A value the inputs cannot give yet (no IMU sample, no magnetometer, no UWB fix) is NaN, which the
 telemetry sends as ``null`` and which never trips a rule; the acquisition guard
@@ -26,7 +26,7 @@ from typing import Any
 
 from server.runtime.estimation.channels import (ACC, ATTITUDE_OUT, ENCODERS, GYRO, HEADING_OUT, MAG, POSE_OUT, TWIST,
                                                 UWB_OUT, uwb_channel)
-from server.runtime.estimation.config import EstimationConfig, UwbConfig
+from server.runtime.settings import EstimationConfig, UwbConfig
 from server.runtime.estimation.magcheck import MagneticCheck
 from server.runtime.estimation.stage import EstimationStage
 

@@ -13,7 +13,8 @@ import pytest
 
 import server.runtime.calibration
 from robotics.estimation.magcal import fit_magnetometer
-from server.runtime.behaviours.heading import HeadingBehavior, HeadingConfig
+from server.runtime.behaviours.heading import HeadingBehavior
+from server.runtime.settings import HeadingConfig
 from server.runtime.behaviours.magcal import MagCalibrationBehavior
 from server.runtime.calibration import parse_state, read_state_file, write_state_file
 from server.runtime.estimation import ACC, GYRO, MAG, EstimationStage
