@@ -68,6 +68,14 @@ def test_importing_a_settings_module_does_not_load_the_package_exports() -> None
     assert out.stdout.strip() == "[]", out.stdout
 
 
+def imported_of(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has imported after running ``code``."""
+    code += f"\nimport sys\nprint(' '.join(m for m in {modules!r} if m in sys.modules))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 def test_a_gateway_with_video_vision_and_the_fleet_off_imports_none_of_their_libraries() -> None:
     """~390 gateways start in a test run and most users' have no camera: numpy, OpenCV, aiortc, Zenoh and
     cryptography (the fleet's signatures) were ~150 ms of every start's CPU. Each is imported by what needs it:
@@ -82,11 +90,8 @@ def test_a_gateway_with_video_vision_and_the_fleet_off_imports_none_of_their_lib
             " tables=GATEWAY_TABLES)\n"
             "async def build():\n"
             "    create_app(profile, RuntimeClient('/nonexistent.sock'))\n"
-            "asyncio.run(build())\n"
-            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [], f"imported at a gateway's start: {out.stdout.strip()}"
+            "asyncio.run(build())\n")
+    assert imported_of(code, heavy) == [], "imported at a gateway's start"
 
 
 def test_the_launcher_loads_every_table_of_a_rover_profile_without_numpy_or_the_simulator() -> None:
@@ -100,8 +105,5 @@ def test_the_launcher_loads_every_table_of_a_rover_profile_without_numpy_or_the_
             "import server.__main__, server.launcher\n"
             "from server.config import load_config\n"
             "for path in sorted(glob.glob('config/rover-*.toml')):\n"
-            "    load_config(path)\n"
-            f"print(' '.join(m for m in {heavy!r} if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [], f"imported by loading the profiles: {out.stdout.strip()}"
+            "    load_config(path)\n")
+    assert imported_of(code, heavy) == [], "imported by loading the profiles"
