@@ -74,7 +74,7 @@ network-tools:
 
 # the suite in three pytest-xdist processes, a test file to a worker (its module's server and fixtures stay one):
 # ~14 min where one process takes 29-31 (docs/development.md, "Workers"); WORKERS=0: one process
-WORKERS ?= 4
+WORKERS ?= 3
 test: $(STAMP) browser network-tools
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile $(ARGS)
