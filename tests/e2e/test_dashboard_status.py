@@ -226,7 +226,7 @@ def test_a_stale_rule_channel_greys_its_gauge(dashboard_server, open_dashboard, 
 
 def test_the_state_badge_says_stale_while_the_runtime_is_frozen(server_factory, open_dashboard, wait_for):
     """Issue 18 item 12: a frozen runtime's last state kept showing "running" as if live; the badge now says
-    it is stale while no snapshot comes, and clears once they do again."""
+    it is stale while no snapshot comes, and clears once they do again; the link panel's telemetry age grows."""
     import os
     import signal
 
@@ -242,6 +242,12 @@ def test_the_state_badge_says_stale_while_the_runtime_is_frozen(server_factory, 
         dash.page.wait_for_function(f"() => {stale}", timeout=10_000)
         assert "running" in dash.page.locator("#state-badge").get_attribute("class")  # the last state, marked
         assert "no new state" in dash.page.locator("#state-badge").get_attribute("title")
+        # the link panel does not freeze on its last figures either: the telemetry age keeps growing (the last
+        # snapshot drawn again twice a second) and the verdict turns bad, though the socket and its pings are fine
+        dash.page.wait_for_function("""() => {
+            const field = (name) => document.querySelector(`#link-panel [data-field=${name}]`).textContent;
+            return Number(field("telemetry_age").replace(/[^0-9.]/g, "")) > 1500 && field("verdict") === "bad";
+        }""", timeout=15_000)
     finally:
         os.kill(pid, signal.SIGCONT)
     dash.page.wait_for_function(f"() => !{stale}", timeout=20_000)

@@ -94,40 +94,54 @@ export function createLinkPanel({ root, badge, video = () => null }) {
     const age = v && v.stats ? v.stats().latencyMs : null;
     setText(f.video_age, Number.isFinite(age) ? formatNumber(age, 0) : "—");
   }
+  // The panel is drawn with each render, and renders follow the snapshots: while none comes (a stalled link, a
+  // frozen runtime) the last snapshot is drawn again every HOLD_REFRESH_MS, so the telemetry age and the
+  // verdict keep growing, and the kbit/s fall, instead of freezing at their last values.
+  const HOLD_REFRESH_MS = 500;
+  let lastSnap = null;
+  let drawnAt = -Infinity;
+  setInterval(() => {
+    if (lastSnap && performance.now() - drawnAt >= HOLD_REFRESH_MS) draw(lastSnap);
+  }, HOLD_REFRESH_MS);
+  function draw(snap) {
+    drawnAt = performance.now();
+    const link = snap.link || {};
+    const gov = link.governor || {};
+    const rtt = session.rttMs;
+    const ageMs = session.snapshotAgeMs(snap);
+    const jitter = jitterOf(session.offsetSamples);
+    setText(f.rtt, rtt === null ? "—" : formatNumber(rtt, 0));
+    setText(f.jitter, jitter === null ? "—" : formatNumber(jitter, 0));
+    setText(f.telemetry_age, ageMs === null ? "—" : formatNumber(ageMs, 0));
+    setText(f.stale, String(session.commandsDropped.stale));
+    setText(f.reordered, String(session.commandsDropped.reordered));
+    if (f.telemetry_kbit) showStreams(performance.now());
+    setText(f.sync, session.syncs >= 2 ? "synced" : "not synced (arrival-time rules)");
+    if (f.telemetry_via) setText(f.telemetry_via, session.telemetryVia);
+    const cmdAge = Number.isFinite(link.command_age_s) ? link.command_age_s * 1000 : null;
+    setText(f.command_age, cmdAge === null ? "—" : formatNumber(cmdAge, 0));
+    const state = gov.enabled === false ? "off" : gov.state || "—";
+    const delayMs = Number.isFinite(gov.delay_s) ? gov.delay_s * 1000 : null;
+    setText(f.governor, state === "capped" ? `capped to ${Math.round((gov.scale ?? 1) * 100)} %` : state);
+    const v = verdict(rtt, ageMs, limitsOf(session.robot));
+    setText(f.verdict, v);
+    f.verdict.className = `verdict verdict-${v}`;
+    const capped = state === "capped" || state === "stop";
+    badge.hidden = !capped;
+    if (capped) {
+      setText(badge, state === "stop" ? `stopped: link ${Math.round(delayMs ?? 0)} ms`
+        : `speed capped: link ${Math.round(delayMs ?? 0)} ms`);
+    }
+  }
   return {
     setState(snap) {
       root.classList.toggle("stale", snap === null);
+      lastSnap = snap;
       if (!snap) {
         badge.hidden = true;
         return;
       }
-      const link = snap.link || {};
-      const gov = link.governor || {};
-      const rtt = session.rttMs;
-      const ageMs = session.snapshotAgeMs(snap);
-      const jitter = jitterOf(session.offsetSamples);
-      setText(f.rtt, rtt === null ? "—" : formatNumber(rtt, 0));
-      setText(f.jitter, jitter === null ? "—" : formatNumber(jitter, 0));
-      setText(f.telemetry_age, ageMs === null ? "—" : formatNumber(ageMs, 0));
-      setText(f.stale, String(session.commandsDropped.stale));
-      setText(f.reordered, String(session.commandsDropped.reordered));
-      if (f.telemetry_kbit) showStreams(performance.now());
-      setText(f.sync, session.syncs >= 2 ? "synced" : "not synced (arrival-time rules)");
-      if (f.telemetry_via) setText(f.telemetry_via, session.telemetryVia);
-      const cmdAge = Number.isFinite(link.command_age_s) ? link.command_age_s * 1000 : null;
-      setText(f.command_age, cmdAge === null ? "—" : formatNumber(cmdAge, 0));
-      const state = gov.enabled === false ? "off" : gov.state || "—";
-      const delayMs = Number.isFinite(gov.delay_s) ? gov.delay_s * 1000 : null;
-      setText(f.governor, state === "capped" ? `capped to ${Math.round((gov.scale ?? 1) * 100)} %` : state);
-      const v = verdict(rtt, ageMs, limitsOf(session.robot));
-      setText(f.verdict, v);
-      f.verdict.className = `verdict verdict-${v}`;
-      const capped = state === "capped" || state === "stop";
-      badge.hidden = !capped;
-      if (capped) {
-        setText(badge, state === "stop" ? `stopped: link ${Math.round(delayMs ?? 0)} ms`
-          : `speed capped: link ${Math.round(delayMs ?? 0)} ms`);
-      }
+      draw(snap);
     },
   };
 }
