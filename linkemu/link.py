@@ -342,6 +342,14 @@ class Link:
         data["udp"] = {"blocked": self._udp_blocked, "dropped": self._udp_dropped() if self._udp_blocked else 0}
         return data
 
+    def queued_bytes(self, direction: str) -> int:
+        """What waits in ``direction``'s bottleneck queue now (its qdisc's backlog), bytes: a test waits on it
+        for a flood to have filled the queue."""
+        if direction not in ("uplink", "downlink"):
+            raise ValueError(f"direction is 'uplink' or 'downlink', not {direction!r}")
+        out = netns.run(["tc", "-n", self.names["middle"], "-s", "-j", "qdisc", "show", "dev", TUN[direction]])
+        return sum(int(q.get("backlog", 0)) for q in json.loads(out or "[]") if q.get("root"))
+
     def _lost_random(self, side: str) -> int:
         out = netns.call_in(self.names[side], netns.run,
                             ["nft", "-j", "list", "counter", "inet", shaping.TABLE, "lost"])

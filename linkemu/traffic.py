@@ -152,9 +152,11 @@ def probe(link: Link, direction: str, count: int, interval_s: float, size_bytes:
 
 
 def udp_rate_bit_s(link: Link, direction: str, offered_bit_s: float, seconds: float = 3.0,
-                   size_bytes: int = 1200, port: int = 40002, warmup_s: float = 0.5) -> float:
+                   size_bytes: int = 1200, port: int = 40002, warmup_s: float = 0.5,
+                   until: threading.Event | None = None) -> float:
     """The IP rate (bit/s) at which ``direction`` delivers a UDP flood offered at ``offered_bit_s``,
-    measured at the receiver after ``warmup_s`` (the tbf bucket's burst and the queue filling)."""
+    measured at the receiver after ``warmup_s`` (the tbf bucket's burst and the queue filling). The flood
+    lasts ``seconds``, or until ``until`` is set if that comes first."""
     source, sink, sink_ip = _ends(link, direction)
     rx = kernel_stamped(link.socket_in(sink, socket.AF_INET, socket.SOCK_DGRAM))
     tx = link.socket_in(source, socket.AF_INET, socket.SOCK_DGRAM)
@@ -183,7 +185,7 @@ def udp_rate_bit_s(link: Link, direction: str, offered_bit_s: float, seconds: fl
     try:
         start = time.monotonic()
         sent = 0
-        while (elapsed := time.monotonic() - start) < seconds:
+        while (elapsed := time.monotonic() - start) < seconds and not (until is not None and until.is_set()):
             while sent < elapsed * packets_per_s:  # paced by the clock: a late wake sends what is owed
                 with contextlib.suppress(BlockingIOError, OSError):
                     tx.sendto(payload, (sink_ip, port))

@@ -25,6 +25,7 @@ import pytest
 
 from linkemu import PROFILES, Blackouts, Direction, GilbertElliott, Link, Profile
 from linkemu.traffic import BulkFlow, probe, udp_rate_bit_s
+from tests.conftest import wait_until
 from tests.linkemu.plugin import skip_unless_links
 
 DELAY_TOLERANCE = 0.25
@@ -85,12 +86,15 @@ def test_rate_is_capped_per_direction(link):
 def test_a_full_queue_adds_its_length_in_delay(link):
     """Bufferbloat: a flood fills the 200 ms queue, and a probe behind it waits ~200 ms more."""
     link.set_profile(two_way("queue", Direction(rate_bit_s=1e6, queue_s=0.2, delay_s=0.010)))
-    flood = threading.Thread(target=udp_rate_bit_s, args=(link, "uplink", 2e6, 4.0))
+    done = threading.Event()  # the flood lasts until the probes are through (60 s at most)
+    flood = threading.Thread(target=udp_rate_bit_s, args=(link, "uplink", 2e6, 60.0), kwargs={"until": done})
     flood.start()
     try:
-        time.sleep(1.0)  # let the queue fill
+        # full: 200 ms at 1 Mbit/s is 25,000 bytes (tbf's limit, plus its bucket); the probes start behind 80 % of it
+        wait_until(lambda: link.queued_bytes("uplink") >= 20_000, 20.0, "the flood to fill the uplink's queue")
         probes = probe(link, "uplink", 40, 0.05, port=40011)
     finally:
+        done.set()
         flood.join()
     delivered = probes.delays_s
     assert len(delivered) > 10, f"only {len(delivered)} of 40 probes got through the full queue"
