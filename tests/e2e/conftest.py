@@ -110,7 +110,7 @@ class _Chromium:
             if page is not keeper:
                 page.close()
         context.clear_cookies()
-        origins = set(origins)
+        origins = {o for o in origins if o.startswith(("http://", "https://"))}  # not about:, data:, chrome-error:
         if origins:
             cdp = context.new_cdp_session(keeper)
             for origin in origins:
