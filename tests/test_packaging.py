@@ -154,3 +154,13 @@ def test_the_set_up_installs_from_the_lock() -> None:
     assert "--require-hashes -r $(LOCK)" in make and "LOCK   := requirements.lock" in make
     assert "--no-deps" in make  # the project itself adds nothing the lock did not pin
     assert "pip install --require-hashes -r requirements-run.lock" in (REPO / "Dockerfile").read_text()
+
+
+def test_the_installer_is_pinned_with_hashes_at_the_version_make_lock_uses() -> None:
+    """uv installs the lock (Makefile): pip installs uv itself from scripts/uv-installer.lock, with hashes, at
+    the UV_VERSION that `make lock` resolves with."""
+    make = (REPO / "Makefile").read_text()
+    version = re.search(r"^UV_VERSION \?= (\S+)$", make, re.M).group(1)
+    pins = _pins(REPO / "scripts" / "uv-installer.lock")
+    assert pins == {"uv": (version, pins["uv"][1])} and pins["uv"][1] >= 1, pins
+    assert "--require-hashes -r $(UV_LOCK)" in make and "UV_LOCK := scripts/uv-installer.lock" in make
