@@ -33,6 +33,7 @@ import logging
 import os
 import pty
 import select
+import signal
 import tempfile
 import threading
 import time
@@ -310,14 +311,17 @@ def serve_runner(runner: WireRunner) -> None:
     """Serve ``runner`` (a pty's or :mod:`sim.devices.net`'s) until Ctrl-C, after printing where it is: the pty's
     slave (and its stable symlink), or the port a driver opens (``tcp:HOST:PORT`` …)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # Ctrl-C and SIGTERM are taken by sigwait below, never by a handler: a process-directed signal that the
+    # kernel handed to the serving thread left the main thread asleep in time.sleep (Python runs handlers in the
+    # main thread only), and the emulator did not stop (a fresh-clone run). Blocked before the thread starts, so
+    # it inherits the mask.
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     runner.start()
-    slave = getattr(runner, "slave_path", None)
-    where = f"{slave} (symlink {runner.port})" if slave else f"{runner.port} (the driver's port)"
-    print(f"{runner.name} emulator on {where}; Ctrl-C to stop", flush=True)
     try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
+        slave = getattr(runner, "slave_path", None)
+        where = f"{slave} (symlink {runner.port})" if slave else f"{runner.port} (the driver's port)"
+        print(f"{runner.name} emulator on {where}; Ctrl-C to stop", flush=True)
+        signal.sigwait(stops)
     finally:
         runner.stop()

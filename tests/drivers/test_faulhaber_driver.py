@@ -190,7 +190,8 @@ def test_stop_bytes_reach_the_wire_while_a_poll_waits_for_its_answer(line):
 
 # ---------------------------------------------------------------- faults
 def test_silent_drive_while_idle_faults_after_timeouts_idle(line):
-    d = make(line, reply_timeout_s=0.05, timeouts_idle=2)
+    # 0.5 s a reply: two timeouts before the drive falls silent would fault it early on a loaded machine
+    d = make(line, reply_timeout_s=0.5, timeouts_idle=2)
     d.open()
     try:
         read_until(d, lambda f: len(f.values) == 6)
