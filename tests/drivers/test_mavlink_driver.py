@@ -42,7 +42,10 @@ def vehicle_runner(kind: str = "pty", **config) -> tuple[MavlinkVehicle, object]
 
 @pytest.fixture
 def vehicle():
-    v, runner = vehicle_runner()
+    # its GCS failsafe at 10 s, not ArduPilot's 1.5: the vehicle runs as a thread of this process, and on a loaded
+    # machine our heartbeat (every 0.5 s) came late enough that it took the vehicle into HOLD in a test about
+    # something else (a fresh-clone run); the failsafe's own test has a vehicle with the default
+    v, runner = vehicle_runner(params={"FS_TIMEOUT": 10.0})
     v.runner = runner
     yield v
     runner.stop()
@@ -320,8 +323,17 @@ def test_failsafe_parameters_are_read_and_a_vehicle_without_one_is_warned_about(
         runner.stop()
 
 
-def test_without_our_heartbeat_the_vehicle_holds_by_itself(vehicle):
+def test_without_our_heartbeat_the_vehicle_holds_by_itself():
     """The second layer: a driver that stops reading (the runtime dead) is a GCS gone to the autopilot."""
+    vehicle, runner = vehicle_runner()  # ArduPilot's own FS_TIMEOUT, 1.5 s
+    vehicle.runner = runner
+    try:
+        _holds_by_itself(vehicle)
+    finally:
+        runner.stop()
+
+
+def _holds_by_itself(vehicle: MavlinkVehicle) -> None:
     d = make(vehicle)
     d.open()
     d.activate()
