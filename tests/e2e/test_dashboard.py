@@ -75,7 +75,6 @@ def widgets_follow(dash, server, robot: dict, wait_for) -> None:
         wait_for(matches, 10.0, f"the {spec['name']} widget to show the simulator's value")
 
 
-
 def server_state(server) -> dict:
     return api(server, "/api/state")
 
@@ -88,56 +87,6 @@ def assert_no_nonzero_speed(messages: list[dict]) -> None:
     bad = [m for m in messages if m["type"] in ("speed", "start")
            and (m["type"] == "start" or (m.get("linear") or 0) != 0 or (m.get("angular") or 0) != 0)]
     assert not bad, f"the page sent motion it was not asked for: {bad[:5]}"
-
-
-# ---------------------------------------------------------------------- tests
-
-def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(dashboard_server, open_dashboard,
-                                                                                wait_for):
-    server = dashboard_server()
-    dash = open_dashboard(server)
-    robot = api(server, "/api/robot")
-    assert robot["channels"], "the profile has no channels"
-
-    for spec in robot["channels"]:
-        for sel in widget_selectors(spec):
-            assert dash.page.locator(f'{sel}[data-channel="{spec["name"]}"]').count() == 1, \
-                f"no {sel} widget for channel {spec['name']}"
-
-    # each widget follows the simulator: what it shows matches /api/state within the channel's resolution
-    widgets_follow(dash, server, robot, wait_for)
-
-    # status: idle badge, connection figures filled in, events and acquisition loaded
-    dash.wait_badge("idle")
-    dash.page.wait_for_function("() => document.querySelector('#connection [data-field=rtt]').textContent.endsWith('ms')")
-    assert dash.page.locator("#acq-channels input[type=checkbox]").count() == len(
-        api(server, "/api/acquisition")["available"])
-    assert dash.page.locator("#conn-banner").is_hidden()
-    assert dash.page.locator("#estop-banner").is_hidden()
-
-    # the panels are drawn at most every 100 ms (main.js RENDER_PERIOD_MS) whatever the telemetry rate: counted in
-    # the page over 30 messages of an idle robot (no state change, so no render without the wait)
-    seen = dash.js("""async () => {
-        const s = window.teleop.stats, m0 = s.messages, r0 = s.renders, t0 = performance.now();
-        while (s.messages < m0 + 30) await new Promise((resolve) => setTimeout(resolve, 20));
-        return {messages: s.messages - m0, renders: s.renders - r0, ms: performance.now() - t0};
-    }""")
-    assert 1 <= seen["renders"] <= seen["ms"] / 100 + 2, seen
-
-    # every control has an accessible name and can take keyboard focus
-    unnamed = dash.js("""() => [...document.querySelectorAll('button, input, select, [role=application]')]
-        .filter((el) => !(el.getAttribute('aria-label') || (el.labels && el.labels.length) || el.textContent.trim()))
-        .map((el) => el.outerHTML.slice(0, 80))""")
-    assert unnamed == [], unnamed
-    assert dash.js("document.querySelector('#joystick').tabIndex") == 0
-    if server.login:
-        # an operator: the admin's settings say so on the page instead of being refused with a 403
-        dash.lease_says(f"Signed in as {dash.user} (operator).")
-        dash.page.wait_for_function("() => document.querySelector('#acq-status').textContent.includes('needs an admin')")
-        assert dash.page.locator("#acq-apply").is_disabled()
-        assert dash.page.locator("#magcal-button").is_disabled()
-        assert "needs an admin" in dash.page.get_attribute("#magcal-button", "title")
-    assert dash.console_errors() == [], dash.console_errors()
 
 
 def test_start_and_joystick_drag_drive_the_rover_and_release_stops_it(dashboard_server, open_dashboard, wait_for):
@@ -189,6 +138,56 @@ def test_keyboard_drives_while_held(dashboard_server, open_dashboard, wait_for):
     wait_for(lambda: server_state(server)["setpoint"]["angular"] > 0.0, 5.0, "Left to turn left (positive yaw rate)")
     dash.page.keyboard.up("ArrowLeft")
     wait_for(lambda: server_state(server)["setpoint"]["angular"] == 0.0, 5.0, "releasing Left to command zero")
+
+
+# ---------------------------------------------------------------------- tests
+
+def test_page_loads_without_console_errors_and_every_channel_has_a_live_widget(dashboard_server, open_dashboard,
+                                                                                wait_for):
+    server = dashboard_server()
+    dash = open_dashboard(server)
+    robot = api(server, "/api/robot")
+    assert robot["channels"], "the profile has no channels"
+
+    for spec in robot["channels"]:
+        for sel in widget_selectors(spec):
+            assert dash.page.locator(f'{sel}[data-channel="{spec["name"]}"]').count() == 1, \
+                f"no {sel} widget for channel {spec['name']}"
+
+    # each widget follows the simulator: what it shows matches /api/state within the channel's resolution
+    widgets_follow(dash, server, robot, wait_for)
+
+    # status: idle badge, connection figures filled in, events and acquisition loaded
+    dash.wait_badge("idle")
+    dash.page.wait_for_function("() => document.querySelector('#connection [data-field=rtt]').textContent.endsWith('ms')")
+    assert dash.page.locator("#acq-channels input[type=checkbox]").count() == len(
+        api(server, "/api/acquisition")["available"])
+    assert dash.page.locator("#conn-banner").is_hidden()
+    assert dash.page.locator("#estop-banner").is_hidden()
+
+    # the panels are drawn at most every 100 ms (main.js RENDER_PERIOD_MS) whatever the telemetry rate: counted in
+    # the page over 30 messages of an idle robot (no state change, so no render without the wait)
+    seen = dash.js("""async () => {
+        const s = window.teleop.stats, m0 = s.messages, r0 = s.renders, t0 = performance.now();
+        while (s.messages < m0 + 30) await new Promise((resolve) => setTimeout(resolve, 20));
+        return {messages: s.messages - m0, renders: s.renders - r0, ms: performance.now() - t0};
+    }""")
+    assert 1 <= seen["renders"] <= seen["ms"] / 100 + 2, seen
+
+    # every control has an accessible name and can take keyboard focus
+    unnamed = dash.js("""() => [...document.querySelectorAll('button, input, select, [role=application]')]
+        .filter((el) => !(el.getAttribute('aria-label') || (el.labels && el.labels.length) || el.textContent.trim()))
+        .map((el) => el.outerHTML.slice(0, 80))""")
+    assert unnamed == [], unnamed
+    assert dash.js("document.querySelector('#joystick').tabIndex") == 0
+    if server.login:
+        # an operator: the admin's settings say so on the page instead of being refused with a 403
+        dash.lease_says(f"Signed in as {dash.user} (operator).")
+        dash.page.wait_for_function("() => document.querySelector('#acq-status').textContent.includes('needs an admin')")
+        assert dash.page.locator("#acq-apply").is_disabled()
+        assert dash.page.locator("#magcal-button").is_disabled()
+        assert "needs an admin" in dash.page.get_attribute("#magcal-button", "title")
+    assert dash.console_errors() == [], dash.console_errors()
 
 
 def test_estop_button_latches_and_reset_after_confirmation_clears_it(dashboard_server, open_dashboard, wait_for):
@@ -348,74 +347,6 @@ def test_closing_the_page_while_driving_stops_the_rover(dashboard_server, open_d
     assert server_state(server)["cause"]["trigger"] == "link_loss"
 
 
-def test_a_page_whose_link_went_while_driving_sends_zero_first_and_one_that_was_watching_sends_nothing(
-        dashboard_server, open_dashboard, wait_for):
-    server = dashboard_server({"safety": {"command_timeout_s": 10.0, "governor": {"enabled": False}}})
-    watcher = open_dashboard(server, take_lease=False)  # a second page, only watching
-    dash = open_dashboard(server)
-    _drive(dash, server, wait_for)  # the mouse stays down on the joystick
-    for page in (dash, watcher):
-        epoch = page.epoch()
-        page.js("() => window.teleop.session.ws.close()")  # the link goes; the page reconnects by itself
-        page.wait_connected(epoch + 1)
-    assert server_state(server)["state"] == "running"  # the long timeout: no link-loss stop in between
-    driver_sent = [m for m in dash.sent_since(dash.epoch()) if m["type"] in ("speed", "heartbeat")]  # commands
-    assert driver_sent and driver_sent[0]["type"] == "speed", driver_sent
-    assert driver_sent[0]["linear"] == 0 and driver_sent[0]["angular"] == 0, driver_sent
-    wait_for(lambda: server_state(server)["setpoint"]["linear"] == 0.0, 5.0, "the zero speed in force")
-    assert [m for m in watcher.sent_since(1) if m["type"] == "speed"] == [], watcher.sent_since(1)
-
-
-def test_server_restart_page_reconnects_and_does_not_move_the_robot(dashboard_server, open_dashboard, wait_for):
-    server = dashboard_server(fresh=True)   # it is killed
-    dash = open_dashboard(server)
-    _drive(dash, server, wait_for)          # the mouse stays down on the joystick throughout
-
-    server.kill()
-    dash.page.locator("#conn-banner").wait_for(state="visible", timeout=10000)
-    dash.page.wait_for_function("() => document.body.classList.contains('disconnected')")
-    dash.page.wait_for_function("() => document.querySelector('#gauges-panel').classList.contains('stale')")
-    dash.page.wait_for_function("() => !document.querySelector('#joystick').classList.contains('held')")
-    assert dash.page.locator("#btn-start").is_disabled()
-
-    server.restart()
-    if server.login:
-        # sessions and the lease live in the gateway's memory (docs/security.md): the page goes to the
-        # login page; logged in again, the operator takes the lease again and grabs the joystick again
-        # while the robot is idle (the press must not carry over when it starts)
-        dash.page.wait_for_url(server.url + "/login?next=**", timeout=30000)
-        dash.log_in()
-        dash.take_lease()
-        epoch = dash.epoch()
-        dash.press_joystick(0.0, 0.8)
-    else:
-        epoch = dash.wait_connected(min_epoch=2, timeout_s=30)
-    dash.page.locator("#conn-banner").wait_for(state="hidden")
-    dash.wait_badge("idle")
-    s = server_state(server)
-    assert s["state"] == "idle" and s["setpoint"] == {"linear": 0.0, "angular": 0.0, "source": None}
-
-    # Someone starts the robot over HTTP; the page, still with the mouse held down on the
-    # joystick, heartbeats (it is visible and focused) but must not resume driving.
-    status, body = server.post("/api/start")
-    assert status == 200, body
-    dash.move_mouse_by(10, -60)
-    wait_for(lambda: sum(m["type"] == "heartbeat" for m in dash.sent_since(epoch)) >= 10, 10.0,
-             "the reconnected page to heartbeat the running robot")
-    dash.move_mouse_by(-10, -50)
-    wait_for(lambda: sum(m["type"] == "heartbeat" for m in dash.sent_since(epoch)) >= 15, 10.0, "more heartbeats")
-    assert_no_nonzero_speed(dash.sent_since(epoch))
-    s = server_state(server)
-    assert s["state"] == "running" and s["setpoint"] == {"linear": 0.0, "angular": 0.0, "source": None}
-    assert abs(s["values"]["linear_m_s"]) < 0.01
-
-    # acting again works: release, press again
-    dash.release_mouse()
-    dash.press_joystick(0.0, 0.8)
-    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 15.0, "a fresh press to drive")
-    dash.release_mouse()
-
-
 def test_acquisition_panel_applies_settings_and_shows_server_validation(dashboard_server, open_dashboard, wait_for):
     server = dashboard_server()
     dash = open_dashboard(server, user=ADMIN)  # acquisition is an admin's setting (docs/security.md)
@@ -486,3 +417,73 @@ def test_gamepad_stick_drives_and_button_1_latches_estop(dashboard_server, open_
     wait_for(lambda: server_state(server)["setpoint"]["linear"] == 0.0, 5.0, "a centred stick to command zero")
     dash.js("() => { window.__pad.buttons[1] = {pressed: true, value: 1}; }")
     wait_for(lambda: server_state(server)["state"] == "estop", 5.0, "gamepad button 1 to latch the e-stop")
+
+
+# Below: the tests with a configuration of their own, after those that share the module's server (one shared server
+# runs at a time, so a configuration that comes back after another is a new start).
+def test_a_page_whose_link_went_while_driving_sends_zero_first_and_one_that_was_watching_sends_nothing(
+        dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server({"safety": {"command_timeout_s": 10.0, "governor": {"enabled": False}}})
+    watcher = open_dashboard(server, take_lease=False)  # a second page, only watching
+    dash = open_dashboard(server)
+    _drive(dash, server, wait_for)  # the mouse stays down on the joystick
+    for page in (dash, watcher):
+        epoch = page.epoch()
+        page.js("() => window.teleop.session.ws.close()")  # the link goes; the page reconnects by itself
+        page.wait_connected(epoch + 1)
+    assert server_state(server)["state"] == "running"  # the long timeout: no link-loss stop in between
+    driver_sent = [m for m in dash.sent_since(dash.epoch()) if m["type"] in ("speed", "heartbeat")]  # commands
+    assert driver_sent and driver_sent[0]["type"] == "speed", driver_sent
+    assert driver_sent[0]["linear"] == 0 and driver_sent[0]["angular"] == 0, driver_sent
+    wait_for(lambda: server_state(server)["setpoint"]["linear"] == 0.0, 5.0, "the zero speed in force")
+    assert [m for m in watcher.sent_since(1) if m["type"] == "speed"] == [], watcher.sent_since(1)
+
+
+def test_server_restart_page_reconnects_and_does_not_move_the_robot(dashboard_server, open_dashboard, wait_for):
+    server = dashboard_server(fresh=True)   # it is killed
+    dash = open_dashboard(server)
+    _drive(dash, server, wait_for)          # the mouse stays down on the joystick throughout
+
+    server.kill()
+    dash.page.locator("#conn-banner").wait_for(state="visible", timeout=10000)
+    dash.page.wait_for_function("() => document.body.classList.contains('disconnected')")
+    dash.page.wait_for_function("() => document.querySelector('#gauges-panel').classList.contains('stale')")
+    dash.page.wait_for_function("() => !document.querySelector('#joystick').classList.contains('held')")
+    assert dash.page.locator("#btn-start").is_disabled()
+
+    server.restart()
+    if server.login:
+        # sessions and the lease live in the gateway's memory (docs/security.md): the page goes to the
+        # login page; logged in again, the operator takes the lease again and grabs the joystick again
+        # while the robot is idle (the press must not carry over when it starts)
+        dash.page.wait_for_url(server.url + "/login?next=**", timeout=30000)
+        dash.log_in()
+        dash.take_lease()
+        epoch = dash.epoch()
+        dash.press_joystick(0.0, 0.8)
+    else:
+        epoch = dash.wait_connected(min_epoch=2, timeout_s=30)
+    dash.page.locator("#conn-banner").wait_for(state="hidden")
+    dash.wait_badge("idle")
+    s = server_state(server)
+    assert s["state"] == "idle" and s["setpoint"] == {"linear": 0.0, "angular": 0.0, "source": None}
+
+    # Someone starts the robot over HTTP; the page, still with the mouse held down on the
+    # joystick, heartbeats (it is visible and focused) but must not resume driving.
+    status, body = server.post("/api/start")
+    assert status == 200, body
+    dash.move_mouse_by(10, -60)
+    wait_for(lambda: sum(m["type"] == "heartbeat" for m in dash.sent_since(epoch)) >= 10, 10.0,
+             "the reconnected page to heartbeat the running robot")
+    dash.move_mouse_by(-10, -50)
+    wait_for(lambda: sum(m["type"] == "heartbeat" for m in dash.sent_since(epoch)) >= 15, 10.0, "more heartbeats")
+    assert_no_nonzero_speed(dash.sent_since(epoch))
+    s = server_state(server)
+    assert s["state"] == "running" and s["setpoint"] == {"linear": 0.0, "angular": 0.0, "source": None}
+    assert abs(s["values"]["linear_m_s"]) < 0.01
+
+    # acting again works: release, press again
+    dash.release_mouse()
+    dash.press_joystick(0.0, 0.8)
+    wait_for(lambda: server_state(server)["values"]["linear_m_s"] > 0.05, 15.0, "a fresh press to drive")
+    dash.release_mouse()

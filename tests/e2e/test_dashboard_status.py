@@ -35,57 +35,6 @@ def wait_readout(dash, wait_for, what: str, **want: str) -> dict[str, str]:
         raise AssertionError(f"{err}; the Drive panel shows {drive_readout(dash)}") from None
 
 
-def test_drive_panel_shows_the_setpoint_in_force_and_where_it_came_from(dashboard_server, open_dashboard, wait_for):
-    # a 10 s link timeout: on a loaded machine the page's heartbeat came 0.5 s late and the link-loss stop took the
-    # robot out of the state this test reads (the page's link-loss display has its own tests)
-    server = dashboard_server({"safety": {"command_timeout_s": 10.0}})
-    dash = open_dashboard(server)
-    wait_readout(dash, wait_for, "a zero setpoint at rest", linear="0.00", angular="0.00", source="none (zero)")
-
-    # driven over HTTP while the page watches (the page's heartbeats keep the link)
-    assert server.post("/api/start")[0] == 200
-    dash.wait_badge("running")
-    status, body = server.post("/api/speed", json={"linear": 0.1, "angular": 0.3})
-    assert status == 200, body
-    assert server.state()["setpoint"]["source"] == "http"
-    wait_readout(dash, wait_for, "the HTTP setpoint in the Drive panel",
-                 linear="0.10", angular="0.30", source="HTTP API", input="none")
-
-    # another client drives over its websocket: the second page's joystick
-    other = open_dashboard(server, tab_of=dash)  # another tab of the same browser: under login, the same session
-    try:
-        other.wait_badge("running", timeout_s=40.0)
-    except Exception as err:  # CI saw it time out once (20 s, local mode): say whether the robot still ran
-        st = server.state()
-        badge = other.js("() => document.querySelector('#state-badge').className")
-        connected = other.js("() => !!(window.teleop && window.teleop.session.connected)")
-        raise AssertionError(f"the second tab's badge is not 'running': {type(err).__name__}; it shows {badge!r}, "
-                             f"connected {connected}; server: {st['state']}, cause {st.get('cause')}") from None
-    other.press_joystick(0.0, 0.3)
-    try:
-        wait_for(lambda: server.state()["setpoint"]["source"] == "websocket"
-                 and server.state()["setpoint"]["linear"] > 0.0, 10.0, "the other page's joystick to take over")
-    except AssertionError as err:
-        raise AssertionError(f"{err}; the other page: {drive_readout(other)}, hint "
-                             f"{other.page.inner_text('#drive-hint')!r}, sent {other.sent_since(0)[-5:]}, "
-                             f"server {server.state()['setpoint']}") from None
-    wait_readout(dash, wait_for, "the first page to name the other client", source="websocket (another client)")
-    wait_readout(other, wait_for, "the driving page to name itself", source="this page (joystick)", input="joystick")
-    # the joystick may still be easing: the page and the server agree once it has settled
-    wait_for(lambda: abs(float(drive_readout(other)["linear"]) - server.state()["setpoint"]["linear"]) <= 0.006,
-             10.0, "the driving page's readout to match the server's setpoint")
-    other.release_mouse()
-    wait_readout(dash, wait_for, "zero once the other page lets go", linear="0.00", source="none (zero)")
-
-    # an automatic motion: turn to a heading
-    heading = server.state()["values"]["heading_deg"]
-    status, body = server.post("/api/heading", json={"heading_deg": (heading + 120.0) % 360.0})
-    assert status == 200, body
-    wait_readout(dash, wait_for, "the heading behaviour named as the source", source="automatic: heading")
-    assert server.post("/api/estop")[0] == 200
-    assert dash.console_errors() == [], dash.console_errors()
-
-
 def test_plots_of_a_flat_value_span_the_channels_range(dashboard_server, open_dashboard, wait_for):
     server = dashboard_server()
     dash = open_dashboard(server)
@@ -156,6 +105,97 @@ def test_the_reconnect_backoff_doubles_to_its_cap_with_bounded_jitter_and_resets
         b.reset(); out.push(b.next()); return out; }""")
     bases = [500, 1000, 2000, 4000, 8000, 10000, 10000, 10000, 500]
     assert all(0.75 * base <= d <= 1.25 * base for d, base in zip(delays, bases)), list(zip(delays, bases))
+
+
+def test_the_telemetry_age_shown_survives_wall_clock_steps(dashboard_server, open_dashboard, wait_for):
+    """Issue 20: every age on one monotonic clock. Between the server and the page, a proxy steps the server's
+    wall clock back an hour at every pong (snapshots' ``t`` and pongs' ``server_t`` move together, as an NTP
+    step moves them): the page's min-RTT offset then comes from a pong of another hour than the snapshot's
+    ``t``, and an age from wall stamps reads an hour. From ``mono_t`` and ``server_mono`` it stays right."""
+    import json as _json
+
+    server = dashboard_server()
+    steps = [0]
+
+    def shift(raw: str) -> str:
+        msg = _json.loads(raw)
+        if msg.get("type") == "pong":
+            steps[0] += 1
+            msg["server_t"] -= 3600.0 * steps[0]
+        elif msg.get("type") == "telemetry" and isinstance(msg.get("data"), dict):
+            msg["data"]["t"] -= 3600.0 * steps[0]
+        else:
+            return raw
+        return _json.dumps(msg)
+
+    def proxy(ws) -> None:
+        upstream = ws.connect_to_server()
+        upstream.on_message(lambda m: ws.send(shift(m) if isinstance(m, str) else m))
+
+    dash = open_dashboard(server, setup=lambda page: page.route_web_socket("**/ws/telemetry*", proxy))
+    # (the proxy's handlers run only while Playwright is called: the predicate pumps it)
+    wait_for(lambda: dash.page.wait_for_timeout(100) or steps[0] >= 4, 60.0,
+             "four pongs through the proxy (four clock steps)")
+    ages = []
+    for _ in range(20):
+        dash.page.wait_for_function("() => /^[0-9]/.test(document.querySelector("
+                                    "'#link-panel [data-field=telemetry_age]').textContent)", timeout=30000)
+        ages.append(float(dash.page.locator("#link-panel [data-field=telemetry_age]").inner_text().replace(",", "")))
+        dash.page.wait_for_timeout(300)  # a reading every 0.3 s over 6 s: across pongs and their steps
+    assert max(ages) < 30_000, f"telemetry ages shown {ages} ms: computed from wall-clock stamps"
+
+
+# Below: the tests with a configuration of their own, after those that share the module's server (one shared server
+# runs at a time, so a configuration that comes back after another is a new start).
+def test_drive_panel_shows_the_setpoint_in_force_and_where_it_came_from(dashboard_server, open_dashboard, wait_for):
+    # a 10 s link timeout: on a loaded machine the page's heartbeat came 0.5 s late and the link-loss stop took the
+    # robot out of the state this test reads (the page's link-loss display has its own tests)
+    server = dashboard_server({"safety": {"command_timeout_s": 10.0}})
+    dash = open_dashboard(server)
+    wait_readout(dash, wait_for, "a zero setpoint at rest", linear="0.00", angular="0.00", source="none (zero)")
+
+    # driven over HTTP while the page watches (the page's heartbeats keep the link)
+    assert server.post("/api/start")[0] == 200
+    dash.wait_badge("running")
+    status, body = server.post("/api/speed", json={"linear": 0.1, "angular": 0.3})
+    assert status == 200, body
+    assert server.state()["setpoint"]["source"] == "http"
+    wait_readout(dash, wait_for, "the HTTP setpoint in the Drive panel",
+                 linear="0.10", angular="0.30", source="HTTP API", input="none")
+
+    # another client drives over its websocket: the second page's joystick
+    other = open_dashboard(server, tab_of=dash)  # another tab of the same browser: under login, the same session
+    try:
+        other.wait_badge("running", timeout_s=40.0)
+    except Exception as err:  # CI saw it time out once (20 s, local mode): say whether the robot still ran
+        st = server.state()
+        badge = other.js("() => document.querySelector('#state-badge').className")
+        connected = other.js("() => !!(window.teleop && window.teleop.session.connected)")
+        raise AssertionError(f"the second tab's badge is not 'running': {type(err).__name__}; it shows {badge!r}, "
+                             f"connected {connected}; server: {st['state']}, cause {st.get('cause')}") from None
+    other.press_joystick(0.0, 0.3)
+    try:
+        wait_for(lambda: server.state()["setpoint"]["source"] == "websocket"
+                 and server.state()["setpoint"]["linear"] > 0.0, 10.0, "the other page's joystick to take over")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; the other page: {drive_readout(other)}, hint "
+                             f"{other.page.inner_text('#drive-hint')!r}, sent {other.sent_since(0)[-5:]}, "
+                             f"server {server.state()['setpoint']}") from None
+    wait_readout(dash, wait_for, "the first page to name the other client", source="websocket (another client)")
+    wait_readout(other, wait_for, "the driving page to name itself", source="this page (joystick)", input="joystick")
+    # the joystick may still be easing: the page and the server agree once it has settled
+    wait_for(lambda: abs(float(drive_readout(other)["linear"]) - server.state()["setpoint"]["linear"]) <= 0.006,
+             10.0, "the driving page's readout to match the server's setpoint")
+    other.release_mouse()
+    wait_readout(dash, wait_for, "zero once the other page lets go", linear="0.00", source="none (zero)")
+
+    # an automatic motion: turn to a heading
+    heading = server.state()["values"]["heading_deg"]
+    status, body = server.post("/api/heading", json={"heading_deg": (heading + 120.0) % 360.0})
+    assert status == 200, body
+    wait_readout(dash, wait_for, "the heading behaviour named as the source", source="automatic: heading")
+    assert server.post("/api/estop")[0] == 200
+    assert dash.console_errors() == [], dash.console_errors()
 
 
 def test_uncalibrated_heading_is_flagged_until_the_compass_calibration_runs(dashboard_server, open_dashboard,
@@ -252,41 +292,3 @@ def test_the_state_badge_says_stale_while_the_runtime_is_frozen(server_factory, 
         os.kill(pid, signal.SIGCONT)
     dash.page.wait_for_function(f"() => !{stale}", timeout=20_000)
     assert dash.console_errors() == [], dash.console_errors()
-
-
-def test_the_telemetry_age_shown_survives_wall_clock_steps(dashboard_server, open_dashboard, wait_for):
-    """Issue 20: every age on one monotonic clock. Between the server and the page, a proxy steps the server's
-    wall clock back an hour at every pong (snapshots' ``t`` and pongs' ``server_t`` move together, as an NTP
-    step moves them): the page's min-RTT offset then comes from a pong of another hour than the snapshot's
-    ``t``, and an age from wall stamps reads an hour. From ``mono_t`` and ``server_mono`` it stays right."""
-    import json as _json
-
-    server = dashboard_server()
-    steps = [0]
-
-    def shift(raw: str) -> str:
-        msg = _json.loads(raw)
-        if msg.get("type") == "pong":
-            steps[0] += 1
-            msg["server_t"] -= 3600.0 * steps[0]
-        elif msg.get("type") == "telemetry" and isinstance(msg.get("data"), dict):
-            msg["data"]["t"] -= 3600.0 * steps[0]
-        else:
-            return raw
-        return _json.dumps(msg)
-
-    def proxy(ws) -> None:
-        upstream = ws.connect_to_server()
-        upstream.on_message(lambda m: ws.send(shift(m) if isinstance(m, str) else m))
-
-    dash = open_dashboard(server, setup=lambda page: page.route_web_socket("**/ws/telemetry*", proxy))
-    # (the proxy's handlers run only while Playwright is called: the predicate pumps it)
-    wait_for(lambda: dash.page.wait_for_timeout(100) or steps[0] >= 4, 60.0,
-             "four pongs through the proxy (four clock steps)")
-    ages = []
-    for _ in range(20):
-        dash.page.wait_for_function("() => /^[0-9]/.test(document.querySelector("
-                                    "'#link-panel [data-field=telemetry_age]').textContent)", timeout=30000)
-        ages.append(float(dash.page.locator("#link-panel [data-field=telemetry_age]").inner_text().replace(",", "")))
-        dash.page.wait_for_timeout(300)  # a reading every 0.3 s over 6 s: across pongs and their steps
-    assert max(ages) < 30_000, f"telemetry ages shown {ages} ms: computed from wall-clock stamps"

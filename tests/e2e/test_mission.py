@@ -371,27 +371,6 @@ def test_a_snapshot_from_before_the_run_does_not_show_the_running_experiment_as_
     assert "cancelled" in page.inner_text("#exp-status")
 
 
-def test_a_failed_mission_shows_its_reason(dashboard_server, open_dashboard, wait_for):
-    # a corridor of 1 mm either side of the leg: the fused estimate leaves it within the first few centimetres
-    srv = dashboard_server({**LONG_LINK, "mission": {"max_cross_track_m": 0.001}})
-    dash = open_dashboard(srv)
-    page = dash.page
-    ready(page)
-    plan_from_start(page, srv, [(0.8, 0.3)])
-    dash.click_start()
-    click_run(page, srv)
-    wait_status(page, srv, "error", 60)
-    text = page.inner_text("#mission-status")
-    assert "failed: left the corridor of leg 0" in text, text
-    m = mission_state(srv)["mission"]
-    assert m["outcome"].startswith("failed: left the corridor"), m
-    page.wait_for_function("() => document.querySelector('#mission-legs tbody tr')?.dataset.outcome.startsWith('failed')",
-                           timeout=15000)
-    assert page.locator(f"{MAP} .mission-wp.failed").count() == 1
-    wait_for(lambda: stopped(srv), 15, "the rover stopped after the failure")
-    assert srv.state()["state"] == "running"  # a failed mission stops the rover; it is not an e-stop
-
-
 def drawn_plan(page) -> list[tuple[float, float]]:
     """The planned path the map draws (the dashed polyline), as (x, y) points."""
     pts = page.locator(f"{MAP} .mission-plan").get_attribute("points").split()
@@ -462,3 +441,26 @@ def test_a_mission_started_over_http_is_drawn_with_its_plan_and_legs(mode, dashb
     for d in (dash, late, after):
         unexpected = [c for c in d.console_errors() if "/api/mission" not in c[2]]
         assert not unexpected, unexpected
+
+
+# last: its own configuration (the module's tests share one server per configuration, one at a time, so the
+# tests of one configuration run together)
+def test_a_failed_mission_shows_its_reason(dashboard_server, open_dashboard, wait_for):
+    # a corridor of 1 mm either side of the leg: the fused estimate leaves it within the first few centimetres
+    srv = dashboard_server({**LONG_LINK, "mission": {"max_cross_track_m": 0.001}})
+    dash = open_dashboard(srv)
+    page = dash.page
+    ready(page)
+    plan_from_start(page, srv, [(0.8, 0.3)])
+    dash.click_start()
+    click_run(page, srv)
+    wait_status(page, srv, "error", 60)
+    text = page.inner_text("#mission-status")
+    assert "failed: left the corridor of leg 0" in text, text
+    m = mission_state(srv)["mission"]
+    assert m["outcome"].startswith("failed: left the corridor"), m
+    page.wait_for_function("() => document.querySelector('#mission-legs tbody tr')?.dataset.outcome.startsWith('failed')",
+                           timeout=15000)
+    assert page.locator(f"{MAP} .mission-wp.failed").count() == 1
+    wait_for(lambda: stopped(srv), 15, "the rover stopped after the failure")
+    assert srv.state()["state"] == "running"  # a failed mission stops the rover; it is not an e-stop

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ServerProc, wait_until
+from tests.conftest import ServerProc, module_server, wait_until
 from tests.server.test_stop_paths import Heartbeat, at_rest, drive, events
 
 pytestmark = pytest.mark.timeout(90)
@@ -26,8 +26,17 @@ def all_channels(srv: ServerProc) -> list[str]:
     return srv.get("/api/acquisition")[1]["available"]
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory) -> ServerProc:
+    """One server for the refusal rows: each checks that its refused request changed nothing."""
+    srv = module_server(tmp_path_factory, {"safety": {"command_timeout_s": 5.0}})
+    yield srv
+    srv.kill()
+
+
 @pytest.mark.parametrize("rate", [0.001, 0.05, 1.0, 3.9])
-def test_fail__acquisition_rate_that_would_starve_a_rule_is_refused(server: ServerProc, rate: float) -> None:
+def test_fail__acquisition_rate_that_would_starve_a_rule_is_refused(refusing: ServerProc, rate: float) -> None:
+    server = refusing
     before = server.get("/api/acquisition")[1]
     status, body = server.put("/api/acquisition", {"rate_hz": rate, "channels": all_channels(server)})
     assert status == 422, body

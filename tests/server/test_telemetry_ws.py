@@ -11,12 +11,21 @@ import aiohttp
 import pytest
 import websockets
 
-from tests.conftest import ServerProc, next_of, wait_until
+from tests.conftest import ServerProc, module_server, next_of, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_hello_then_snapshots_with_increasing_seq(server: ServerProc) -> None:
+@pytest.fixture(scope="module")
+def idle_server(tmp_path_factory) -> ServerProc:
+    """One idle server for the tests that only read and ping (none starts the robot or stops the server)."""
+    srv = module_server(tmp_path_factory)
+    yield srv
+    srv.kill()
+
+
+def test_hello_then_snapshots_with_increasing_seq(idle_server: ServerProc) -> None:
+    server = idle_server
     async def go() -> None:
         async with aiohttp.ClientSession() as s, s.ws_connect(server.ws_url + "/ws/telemetry") as ws:
             hello = await next_of(ws, "hello")
@@ -32,10 +41,12 @@ def test_hello_then_snapshots_with_increasing_seq(server: ServerProc) -> None:
     asyncio.run(go())
 
 
-def test_plain_and_compressed_clients_get_the_same_snapshots(server: ServerProc) -> None:
+def test_plain_and_compressed_clients_get_the_same_snapshots(idle_server: ServerProc) -> None:
     """An idle client without compression gets the shared frame written to its socket; one that negotiated
     permessage-deflate gets its own compressed messages from its writer task. Both must read valid telemetry
     in order, with the control messages (hello, acks) never cut into a frame."""
+    server = idle_server
+
     async def read(ws, n: int) -> list[int]:
         seqs = []
         while len(seqs) < n:
@@ -93,7 +104,8 @@ def test_commands_over_ws_with_acks_and_pong(server: ServerProc) -> None:
     asyncio.run(go())
 
 
-def test_independent_websockets_client(server: ServerProc) -> None:
+def test_independent_websockets_client(idle_server: ServerProc) -> None:
+    server = idle_server
     async def go() -> None:
         async with websockets.connect(server.ws_url + "/ws/telemetry") as ws:
             hello = json.loads(await asyncio.wait_for(ws.recv(), 5))

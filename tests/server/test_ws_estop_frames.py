@@ -16,7 +16,7 @@ import json
 import aiohttp
 import pytest
 
-from tests.conftest import ServerProc, wait_until
+from tests.conftest import ServerProc, module_server, wait_until
 from tests.server.gateway.auth.client import Client, make_users
 from tests.server.test_hostile_clients import RawWebSocket
 
@@ -26,6 +26,25 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture
 def rover(server_factory, tmp_path) -> ServerProc:
     return server_factory({"safety": {"command_timeout_s": 60.0}})
+
+
+@pytest.fixture(scope="module")
+def _one_rover(tmp_path_factory) -> ServerProc:
+    srv = module_server(tmp_path_factory, {"safety": {"command_timeout_s": 60.0}})
+    yield srv
+    srv.kill()
+
+
+@pytest.fixture
+def shared_rover(_one_rover) -> ServerProc:
+    """The module's rover for the tests that send a few frames each (the two floods spend the address's message
+    budget, which is kept across connections, so they have their own): each test starts with ``drive``, which resets
+    an e-stop the one before left, and here the rover goes back to where it started (it drove a little each test)."""
+    status, body = _one_rover.post("/api/estop", {"reason": "between tests"})
+    assert status == 200, body
+    status, body = _one_rover.post("/api/debug/driver", {"teleport": [3.0, 2.0, 0.0]})
+    assert status == 200, body
+    return _one_rover
 
 
 @pytest.fixture
@@ -157,7 +176,8 @@ def test_an_estop_behind_a_flood_latches_while_the_flooder_is_closed(rover) -> N
     (b'{"linear": 0.1, "angular": 0, "ttl_s": 1, "ttl_s": 9}', "ttl_s"),
     (b'{"linear": 0.1, "angular": 0, "\\u006cinear": 0.4}', "linear"),
 ])
-def test_an_http_body_with_a_key_twice_is_refused(rover, raw: bytes, key: str) -> None:
+def test_an_http_body_with_a_key_twice_is_refused(shared_rover, raw: bytes, key: str) -> None:
+    rover = shared_rover
     drive(rover)
     before = rover.state()["setpoint"]
     status, body = rover.request("POST", "/api/speed", raw=raw)
@@ -171,7 +191,8 @@ def test_an_http_body_with_a_key_twice_is_refused(rover, raw: bytes, key: str) -
 
 
 # ---------------------------------------------------------------------- item 10: malformed frames
-async def test_an_estop_in_a_binary_frame_latches(rover) -> None:
+async def test_an_estop_in_a_binary_frame_latches(shared_rover) -> None:
+    rover = shared_rover
     drive(rover)
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(rover.ws_url + "/ws/telemetry") as ws:
@@ -186,7 +207,8 @@ async def test_an_estop_in_a_binary_frame_latches(rover) -> None:
     assert latched(rover)
 
 
-async def test_an_estop_in_invalid_utf8_latches_then_the_socket_closes_1007(rover) -> None:
+async def test_an_estop_in_invalid_utf8_latches_then_the_socket_closes_1007(shared_rover) -> None:
+    rover = shared_rover
     drive(rover)
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(rover.ws_url + "/ws/telemetry") as ws:
@@ -203,7 +225,8 @@ async def test_an_estop_in_invalid_utf8_latches_then_the_socket_closes_1007(rove
     assert latched(rover)
 
 
-async def test_an_oversize_estop_latches_then_the_socket_closes_1009(rover) -> None:
+async def test_an_oversize_estop_latches_then_the_socket_closes_1009(shared_rover) -> None:
+    rover = shared_rover
     drive(rover)
     pad = "p" * (70 * 1024)
     async with aiohttp.ClientSession() as session:
@@ -220,10 +243,11 @@ async def test_an_oversize_estop_latches_then_the_socket_closes_1009(rover) -> N
     wait_until(lambda: latched(rover), 10, "the 70 KiB e-stop latched")
 
 
-async def test_frames_refused_before_the_gateway_sees_them_are_no_estop(rover) -> None:
+async def test_frames_refused_before_the_gateway_sees_them_are_no_estop(shared_rover) -> None:
     """What cannot be scanned (docs/safety.md, "What is not covered"): a message over 256 KiB is refused at its
     header (1009), a frame with RSV1 set on a socket without compression is a protocol error (1002); the
     robot keeps running, and the server carries on."""
+    rover = shared_rover
     drive(rover)
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(rover.ws_url + "/ws/telemetry") as ws:
