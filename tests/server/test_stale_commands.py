@@ -68,7 +68,9 @@ def test_a_stale_speed_is_dropped_and_counted_a_fresh_one_applied_whatever_the_c
         mine = [s for s in stats if s.get("synced")]
         assert len(mine) == 1 and mine[0]["stale_dropped"] == 1 and mine[0]["reordered_dropped"] == 0, stats
         assert abs(mine[0]["offset_ms"] / 1000 - clock_offset_s) < 1.0, mine  # the offset, measured
-        assert 0 <= mine[0]["command_age_ms"] < 1000, mine
+        # a fresh command's age, the hour measured away: what is left is the sync's error (half a round trip at
+        # most), so a few tenths of a millisecond below zero on a loaded machine (-0.3 ms in a fresh-clone run)
+        assert -100 < mine[0]["command_age_ms"] < 1000, mine
     link = srv.state()["link"]
     assert link["stale_dropped"] == 3 and link["max_command_age_s"] == 0.3, link
     status, body = srv.get("/api/telemetry")
