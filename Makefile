@@ -76,18 +76,19 @@ browser:
 network-tools:
 	@sh scripts/install-network-tools.sh
 
-# the suite in three pytest-xdist processes, a test file to a worker (its module's server and fixtures stay one):
-# ~14 min where one process takes 29-31 (docs/development.md, "Workers"); WORKERS=0: one process
-WORKERS ?= 3
+# the suite in four pytest-xdist processes, a test file to a worker (its module's server and fixtures stay one),
+# the longest files first (tests/file-durations.txt; xdist's own order puts the files with the most tests first):
+# ~9 min where one process takes 29-31 (docs/development.md, "Workers"); WORKERS=0: one process
+WORKERS ?= 4
 test: $(STAMP) browser network-tools
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 # the unit tier (tests/conftest.py gives every test a tier: unit, server, e2e): about a minute in the same
 # workers, not the suite's minutes (one process: ~4.5 min, most of it waiting out drivers' timeouts)
 test-fast: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -m unit -p no:cacheprovider -n $(WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/python -m pytest -m unit -p no:cacheprovider -n $(WORKERS) --dist loadfile --no-loadscope-reorder $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py $(ARGS)

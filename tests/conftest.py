@@ -377,3 +377,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.server)
         else:
             item.add_marker(pytest.mark.unit)
+    items[:] = _longest_files_first(items)
+
+
+#: each test file's wall seconds in a measured run (scripts/file-durations.py writes it)
+FILE_DURATIONS = Path(__file__).with_name("file-durations.txt")
+
+
+def _longest_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The tests, a file's together and in its order, the files longest first (tests/file-durations.txt; a file
+    not listed after those, in collection order). The workers take whole files in this order (``--dist loadfile
+    --no-loadscope-reorder``, Makefile): a long file started last kept one worker busy ~110 s after the other
+    two had finished (xdist's own order puts the files with the most tests first, and most long files have one
+    or a few)."""
+    seconds: dict[str, float] = {}
+    if FILE_DURATIONS.exists():
+        for line in FILE_DURATIONS.read_text(encoding="utf-8").splitlines():
+            if line.strip() and not line.startswith("#"):
+                secs, name = line.split()
+                seconds[name] = float(secs)
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    order = sorted(by_file, key=lambda name: -seconds.get(name, 0.0))  # stable: the unlisted keep their order
+    return [item for name in order for item in by_file[name]]
