@@ -101,7 +101,10 @@ LOCK_ARGS ?=
 LOCK_FLAGS := --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header -q $(LOCK_ARGS)
 lock:
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	@# the pinned uv from its hashes; a new UV_VERSION (not in UV_LOCK yet) by its version, once
+	@if grep -q '^uv==$(UV_VERSION) ' $(UV_LOCK); then \
+		$(BIN)/python -m pip install -q --disable-pip-version-check --require-hashes -r $(UV_LOCK); \
+	else $(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION); fi
 	$(BIN)/uv pip compile pyproject.toml --extra test scripts/lock-build.in $(LOCK_FLAGS) -o requirements.lock
 	$(BIN)/uv pip compile pyproject.toml scripts/lock-build.in $(LOCK_FLAGS) -o requirements-run.lock
 	@echo "uv==$(UV_VERSION)" | $(BIN)/uv pip compile - $(LOCK_FLAGS) --no-annotate -o $(UV_LOCK).tmp

@@ -158,9 +158,13 @@ def test_the_set_up_installs_from_the_lock() -> None:
 
 def test_the_installer_is_pinned_with_hashes_at_the_version_make_lock_uses() -> None:
     """uv installs the lock (Makefile): pip installs uv itself from scripts/uv-installer.lock, with hashes, at
-    the UV_VERSION that `make lock` resolves with."""
+    the UV_VERSION that `make lock` resolves with; `make lock` installs it from there too while the pin is that
+    version (a new UV_VERSION is installed by its version, once, and written to the file)."""
     make = (REPO / "Makefile").read_text()
     version = re.search(r"^UV_VERSION \?= (\S+)$", make, re.M).group(1)
     pins = _pins(REPO / "scripts" / "uv-installer.lock")
     assert pins == {"uv": (version, pins["uv"][1])} and pins["uv"][1] >= 1, pins
-    assert "--require-hashes -r $(UV_LOCK)" in make and "UV_LOCK := scripts/uv-installer.lock" in make
+    assert "UV_LOCK := scripts/uv-installer.lock" in make
+    set_up, lock = make[make.index("$(STAMP):"):make.index("\nrun:")], make[make.index("\nlock:"):]
+    assert "--require-hashes -r $(UV_LOCK)" in set_up
+    assert "if grep -q '^uv==$(UV_VERSION) ' $(UV_LOCK); then" in lock and "--require-hashes -r $(UV_LOCK)" in lock

@@ -195,8 +195,8 @@ class StallSweeper:
         now = time.monotonic() if now is None else now
         stuck = [w for w in list(self.writers()) if w.stuck_for(now) > self.stall_s]
         for w in stuck:
-            log.warning("%s %s has not read for %.1f s: closing it", self.what, getattr(w, "peer", None) or
-                        getattr(w, "name", "?"), w.stuck_for(now))
+            log.warning("%s %s has not read for %.1f s: closing it", self.what, getattr(w, "label", None) or
+                        getattr(w, "peer", None) or getattr(w, "name", "?"), w.stuck_for(now))
             if self.on_abort is not None:
                 self.on_abort(w)
             w.abort()

@@ -17,6 +17,7 @@ from server.errors import ApiError, ValidationError
 from server.gateway.admission import ADMISSION, admission
 from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import error_response, read_body
+from server.gateway.latest import StallSweeper
 from server.gateway.ratelimit import TokenBucket
 from server.gateway.video.h264_ws import H264Viewer, h264_sender
 from server.gateway.video.service import VideoService, VideoViewer
@@ -294,27 +295,13 @@ async def _on_shutdown(app: web.Application) -> None:
         await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
 
 
-async def _sweep_stuck_viewers(app: web.Application, stall_s: float) -> None:
-    """Close every viewer that has blocked progress for ``stall_s``: a send it does not read, or a
-    frame it does not ack (it would hold a viewer slot forever, whatever it sends)."""
-    service = app[VIDEO_KEY]
-    while True:
-        await asyncio.sleep(min(1.0, stall_s / 2))
-        now = time.monotonic()
-        for c in service.clients():
-            if c.stuck_for(now) > stall_s:
-                log.warning("video viewer %d (%s) made no progress for %.1f s: closing it", c.id, c.kind,
-                            c.stuck_for(now))
-                service.remove_client(c)
-                if c.transport is not None:
-                    c.transport.abort()
-
-
 async def _video_ctx(app: web.Application):
     service = app[VIDEO_KEY]
     service.start()
-    sweeper = asyncio.create_task(_sweep_stuck_viewers(app, app[_STALL_KEY]), name="video-sweeper")
+    # a viewer that blocks progress (a send it does not read, a frame it does not ack) would hold a viewer slot
+    # forever, whatever it sends: the one stall policy of the gateway's writers (server/gateway/latest.py)
+    sweeper = StallSweeper(app[_STALL_KEY], service.clients, what="video viewer", on_abort=service.remove_client)
+    sweeper.start()
     yield
-    sweeper.cancel()
-    await asyncio.gather(sweeper, return_exceptions=True)
+    await sweeper.stop()
     await asyncio.to_thread(service.stop)

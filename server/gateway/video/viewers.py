@@ -63,6 +63,16 @@ class VideoViewer:
         since = [t for t in (self.send_since, self.in_flight_since) if t is not None]
         return now - min(since) if since else 0.0
 
+    @property
+    def label(self) -> str:
+        """How the stall sweeper's log names this viewer."""
+        return f"{self.id} ({self.kind}, {self.remote})"
+
+    def abort(self) -> None:
+        """Drop the connection at once (a viewer that does not read cannot be sent a close frame)."""
+        if self.transport is not None:
+            self.transport.abort()
+
     def to_json(self) -> dict[str, Any]:
         out = {
             "id": self.id, "kind": self.kind, "remote": self.remote, "sent": self.sent,

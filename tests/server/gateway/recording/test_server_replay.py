@@ -4,8 +4,11 @@ recording of a real run, every robot command refused (409 ``replay``), play/paus
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 from websockets.sync.client import connect
@@ -159,3 +162,32 @@ def test_replay_without_users_refuses_to_listen_beyond_loopback(recording, tmp_p
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stderr
     assert "refusing to listen on 0.0.0.0" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_replay_serves_over_tls_as_the_live_server_does(recording, tmp_path):
+    # replay and the live gateway are put on the network by one serve_app() (server/gateway/serve.py): the same
+    # [auth] TLS keys give a replay on https, its self-signed certificate made on first use
+    cert, key = tmp_path / "tls" / "cert.pem", tmp_path / "tls" / "key.pem"
+    config = write_config(tmp_path, {"auth": {"tls_cert": str(cert), "tls_key": str(key), "tls_self_signed": True}})
+    proc = subprocess.Popen([sys.executable, "-m", "server", "replay", str(recording), "--config", str(config),
+                             "--port", "0", "--paused"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        lines: list[str] = []
+        for line in proc.stdout:  # ends when the process does: a replay that exits fails here, with its output
+            lines.append(line)
+            if "teleop listening on " in line:
+                break
+        url = lines[-1].split()[-1] if lines else ""
+        assert url.startswith("https://"), "".join(lines)
+        assert cert.exists() and oct(key.stat().st_mode & 0o777) == "0o600"
+        context = ssl.create_default_context(cafile=str(cert))
+        context.check_hostname = False  # the certificate names the machine; the test reaches it on 127.0.0.1
+        with urllib.request.urlopen(url + "/api/replay", context=context, timeout=30) as resp:
+            assert resp.status == 200 and resp.headers["Strict-Transport-Security"].startswith("max-age=")
+            assert json.loads(resp.read())["playing"] is False  # --paused
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # no plain http beside it (closed)
+            urllib.request.urlopen(url.replace("https://", "http://") + "/api/replay", timeout=30)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
