@@ -66,6 +66,15 @@ def test_scara_click_to_move_and_joint_sliders(dashboard_server, open_dashboard)
     page.wait_for_function("() => document.querySelector('#scheme-panel svg .workspace')")
     assert srv.post("/api/start")[0] == 200
     dash.wait_badge("running")
+    # no speed from the drive keys to a robot whose commands (GET /api/robot) have none; the heartbeats go on
+    assert "speed" not in srv.get("/api/robot")[1]["commands"]
+    assert dash.js("document.body.classList.contains('no-speed')") and not page.locator("#lin-cap").is_visible()
+    dash.js("""() => { const s = window.teleop.session, post = s.post.bind(s); window.posted = [];
+                       s.post = (type, fields) => { window.posted.push(type); return post(type, fields); }; }""")
+    page.keyboard.down("ArrowUp")
+    page.wait_for_function("() => window.posted.filter(t => t === 'heartbeat').length >= 3", timeout=20_000)
+    page.keyboard.up("ArrowUp")
+    assert "speed" not in dash.js("window.posted"), dash.js("window.posted")
     # the screen point of the tool target (0.25, 0.2) m in the scheme's frame (mm, y up)
     x, y = page.evaluate("""() => {
         const scene = document.querySelector('#scheme-panel svg #scene');

@@ -94,16 +94,19 @@ def test_a_gateway_with_video_vision_and_the_fleet_off_imports_none_of_their_lib
     assert imported_of(code, heavy) == [], "imported at a gateway's start"
 
 
-def test_the_launcher_loads_every_table_of_a_rover_profile_without_numpy_or_the_simulator() -> None:
+def test_the_launcher_loads_every_table_of_every_profile_without_numpy_or_the_simulator() -> None:
     """The launcher checks the whole profile and runs none of it: its runtime tables live in
-    server/runtime/settings.py and it does not build the driver (the runtime does, and refuses a bad driver
-    table itself: tests/server/test_config.py). With numpy and the simulator a launcher was ~0.27 s of CPU to
-    listening, ~0.10 without, on ~390 server starts a test run. (An arm's ``[robot]`` and ``[limits]`` structs
-    are its controller's attributes, and the SCARA and Stewart controllers import numpy: not yet.)"""
-    heavy = ("numpy", "cv2", "sim.rover", "drivers.sim.rover", "server.runtime.loop", "server.runtime.estimation")
+    server/runtime/settings.py, an arm's or a platform's ``[robot]`` and ``[limits]`` in
+    server/runtime/controllers/tables.py (their controllers import numpy and the kinematics), and it does not
+    build the driver (the runtime does, and refuses a bad driver table itself: tests/server/test_config.py).
+    With numpy and the simulator a launcher was ~0.27 s of CPU to listening, ~0.10 without, on ~390 server
+    starts a test run."""
+    heavy = ("numpy", "cv2", "sim.rover", "drivers.sim.rover", "server.runtime.loop", "server.runtime.estimation",
+             "server.runtime.controllers.scara", "server.runtime.controllers.stewart", "robotics.kinematics.scara")
     code = ("import sys, glob\n"
             "import server.__main__, server.launcher\n"
             "from server.config import load_config\n"
-            "for path in sorted(glob.glob('config/rover-*.toml')):\n"
-            "    load_config(path)\n")
+            "for pattern in ('config/rover-*.toml', 'config/scara-*.toml', 'config/stewart-*.toml'):\n"
+            "    for path in sorted(glob.glob(pattern)):\n"
+            "        load_config(path)\n")
     assert imported_of(code, heavy) == [], "imported by loading the profiles"

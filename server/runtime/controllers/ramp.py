@@ -26,31 +26,16 @@ lands on the target without overshoot; the same law keeps a velocity (jog) insid
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, ClassVar, Mapping
+from typing import Any, Mapping
 
 import msgspec
 import numpy as np
-from msgspec import Meta
 
 from robotics.control import brake_speed
-from server.config import Table
 from server.runtime.controllers.base import Controller
+from server.runtime.controllers.tables import ROVER_ONLY_LIMITS, ReferenceLimits  # noqa: F401 - re-exported
 from server.runtime.supervisor import Motion, OutputMode
 from server.runtime_api.params import Hold
-
-#: the rover's ``[limits]`` keys, which the arm and platform tables never used (a profile may still carry them)
-ROVER_ONLY_LIMITS = ("linear_m_s", "angular_rad_s", "linear_accel_m_s2", "angular_accel_rad_s2",
-                     "linear_decel_m_s2", "angular_decel_rad_s2")
-
-
-class ReferenceLimits(Table):
-    """``[limits]`` of an arm or a platform: their speed and acceleration limits are in ``[robot]``. The rover's
-    keys were accepted here while ``[limits]`` was the rover's struct: they still load, ignored, with a warning."""
-
-    deprecated: ClassVar[Mapping[str, str | None]] = dict.fromkeys(ROVER_ONLY_LIMITS)
-
-    ttl_max_s: Annotated[float, Meta(gt=0.0, le=3600.0)] = 10.0  # the largest ttl_s a motion command may carry
-
 
 def _vec(v, k: int | None = None) -> np.ndarray:
     a = np.array(v, dtype=float).reshape(-1)

@@ -42,6 +42,13 @@ BY_CAPABILITY: dict[str, dict[Capability, str]] = {
 }
 #: the profile of a ``[robot]`` table without a ``profile`` key
 DEFAULT_PROFILE = "rover"
+#: profile → its ``[robot]`` and ``[limits]`` structs, where they live apart from a controller that imports numpy
+#: (the launcher reads the tables and runs nothing: tables.py says why); a profile not here takes its
+#: controller's ``robot_type`` and ``limits_type``, so a new robot kind still needs one line (CONTROLLERS)
+TABLES: dict[str, tuple[str, str]] = {
+    "scara": ("server.runtime.controllers.tables:ScaraRobot", "server.runtime.controllers.tables:ScaraLimits"),
+    "stewart": ("server.runtime.controllers.tables:StewartRobot", "server.runtime.controllers.tables:StewartLimits"),
+}
 
 
 def controller_class(profile: str) -> type[Controller]:
@@ -64,9 +71,19 @@ def controller_for(profile: str, capabilities: Iterable[Capability]) -> type[Con
     return base
 
 
-def _import(target: str) -> type[Controller]:
+def _import(target: str) -> type:
     module_name, _, cls_name = target.partition(":")
     return getattr(importlib.import_module(module_name), cls_name)
+
+
+def tables_of(profile: str) -> tuple[type, type]:
+    """The ``[robot]`` and ``[limits]`` structs of ``profile`` (:data:`TABLES`, else its controller's);
+    :class:`ValueError` naming the known profiles."""
+    if profile in TABLES and profile in CONTROLLERS:
+        robot, limits = TABLES[profile]
+        return _import(robot), _import(limits)
+    cls = controller_class(profile)
+    return cls.robot_type, cls.limits_type
 
 
 def profile_of(raw: Mapping[str, Any]) -> str:
@@ -81,11 +98,11 @@ class RobotTable(ProfileTable):
 
     @classmethod
     def struct_for(cls, raw: Mapping[str, Any]) -> type:
-        return controller_class(profile_of(raw)).robot_type
+        return tables_of(profile_of(raw))[0]
 
     @classmethod
     def structs(cls) -> tuple[type, ...]:
-        return tuple(controller_class(p).robot_type for p in CONTROLLERS)
+        return tuple(tables_of(p)[0] for p in CONTROLLERS)
 
 
 class LimitsTable(ProfileTable):
@@ -93,12 +110,12 @@ class LimitsTable(ProfileTable):
 
     @classmethod
     def struct_for(cls, raw: Mapping[str, Any]) -> type:
-        return controller_class(profile_of(raw)).limits_type
+        return tables_of(profile_of(raw))[1]
 
     @classmethod
     def structs(cls) -> tuple[type, ...]:
-        return tuple(dict.fromkeys(controller_class(p).limits_type for p in CONTROLLERS))
+        return tuple(dict.fromkeys(tables_of(p)[1] for p in CONTROLLERS))
 
 
-__all__ = ["BY_CAPABILITY", "CONTROLLERS", "DEFAULT_PROFILE", "LimitsTable", "RobotTable", "controller_class",
-           "controller_for", "profile_of"]
+__all__ = ["BY_CAPABILITY", "CONTROLLERS", "DEFAULT_PROFILE", "LimitsTable", "RobotTable", "TABLES", "controller_class",
+           "controller_for", "profile_of", "tables_of"]

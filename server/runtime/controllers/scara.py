@@ -37,83 +37,28 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import msgspec
 import numpy as np
-from msgspec import Meta
 
-from robotics.description import DescriptionError, parse, to_svg
+from robotics.description import to_svg
 from robotics.kinematics import Singular, Unreachable
 from robotics.kinematics.scara import Scara
 from drivers.base import Capability, Driver, JointLimits, ProgramGenerator
 from drivers.errors import ProgramGenerationError
 from robotics.trajectory import SCARA_AXES, Trajectory, scara_demo
-from server.config import REPO_ROOT, ConfigError, Table
+from server.config import ConfigError
 from server.errors import ConflictError, ValidationError
 from server.runtime.controllers.base import Command
-from server.runtime.controllers.ramp import Ramp, ReferenceController, ReferenceLimits
+from server.runtime.controllers.ramp import Ramp, ReferenceController
+from server.runtime.controllers.tables import ScaraLimits, ScaraRobot, load_description
 from server.runtime.supervisor import Rule
 from server.runtime_api.params import (Hold, check_waypoints, ScaraFollow, ScaraJog, ScaraJoints, ScaraTool, ScaraToolJog, beyond_limits)
 
 log = logging.getLogger(__name__)
 
-_Pair = Annotated[list[Annotated[float, Meta(ge=-360.0, le=360.0)]], Meta(min_length=2, max_length=2)]
-_PosPair = Annotated[list[Annotated[float, Meta(gt=0.0, le=1e4)]], Meta(min_length=2, max_length=2)]
 #: the series a SCARA runs by name
 SERIES = ("scara_demo",)
-
-
-class ScaraRobot(Table, tag_field="profile", tag="scara"):
-    """``[robot]`` of a 2-link SCARA arm. The simulated arm (``sim-scara``) takes its geometry and drive
-    limits from here when ``[driver]`` does not give them."""
-
-    name: str = "Simulated SCARA arm"
-    l1_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.30
-    l2_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.20
-    q_min_deg: _Pair = msgspec.field(default_factory=lambda: [-170.0, -150.0])
-    q_max_deg: _Pair = msgspec.field(default_factory=lambda: [170.0, 150.0])
-    max_velocity_rad_s: _PosPair = msgspec.field(default_factory=lambda: [2.0, 3.0])
-    max_acceleration_rad_s2: _PosPair = msgspec.field(default_factory=lambda: [10.0, 15.0])
-    max_tool_speed_m_s: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.25
-    limit_margin_deg: Annotated[float, Meta(ge=0.0, le=30.0)] = 2.0
-    singular_margin_deg: Annotated[float, Meta(gt=0.0, le=45.0)] = 5.0
-    description: str = "config/bodies/scara.xml"
-
-    @property
-    def profile(self) -> str:
-        return "scara"
-
-    def __post_init__(self) -> None:
-        for j in range(2):
-            if self.q_max_deg[j] - self.q_min_deg[j] <= 2 * self.limit_margin_deg:
-                raise ValueError(f"q{j + 1}: q_max_deg must exceed q_min_deg by more than twice limit_margin_deg")
-        load_description(self.description)  # a bad document stops start-up here, naming the file and the line
-
-
-class ScaraLimits(ReferenceLimits):
-    """``[limits]`` of a SCARA arm (its joint speeds and accelerations are in ``[robot]``)."""
-
-
-def load_description(path_text: str) -> Any:
-    """The body description a profile names (absolute, or relative to the repository), parsed; None for ``""``."""
-    if not path_text:
-        return None
-    path = Path(path_text)
-    if not path.is_absolute():
-        path = REPO_ROOT / path
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"robot.description: cannot read {path}: {err}") from None
-    try:
-        tree = parse(text)
-    except DescriptionError as err:
-        raise ConfigError(f"robot.description: {path}: {err}") from None
-    for warning in tree.warnings:
-        log.warning("robot.description %s: %s", path, warning)
-    return tree
 
 
 def _actuator(actuators: dict[str, tuple[float, float]], joint: int) -> str:

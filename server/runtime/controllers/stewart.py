@@ -28,19 +28,19 @@ server.errors.ValidationError: pose needs legs outside their stroke: leg 1 at 0.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
-from msgspec import Meta
 
 from robotics.kinematics import NoConvergence
 from robotics.kinematics.stewart import StewartPlatform
 from robotics.trajectory import POSE_AXES, STEWART_SERIES, Trajectory, stewart_series
-from server.config import ConfigError, Table
+from server.config import ConfigError
 from server.errors import ValidationError
 from server.runtime.controllers.base import Command
-from server.runtime.controllers.ramp import Ramp, ReferenceController, ReferenceLimits
+from server.runtime.controllers.ramp import Ramp, ReferenceController
 from server.runtime.controllers.scara import check_speeds
+from server.runtime.controllers.tables import StewartLimits, StewartRobot
 from server.runtime.supervisor import Rule
 from server.runtime_api.params import Hold, StewartFollow, StewartPose
 
@@ -48,37 +48,6 @@ from server.runtime_api.params import Hold, StewartFollow, StewartPose
 PATH_SAMPLES = 24
 #: smallest singular value of the leg Jacobian, relative to the largest, of an acceptable target
 SINGULAR_RCOND = 1e-6
-
-
-class StewartRobot(Table, tag_field="profile", tag="stewart"):
-    """``[robot]`` of a 6-6 Stewart platform (the symmetric layout of ``StewartPlatform.symmetric``). The simulated
-    platform (``sim-stewart``) takes this geometry when ``[driver]`` gives none."""
-
-    name: str = "Simulated Stewart platform"
-    base_radius_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.5
-    platform_radius_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.3
-    base_spread_deg: Annotated[float, Meta(ge=0.0, lt=120.0)] = 20.0
-    platform_spread_deg: Annotated[float, Meta(ge=0.0, lt=120.0)] = 100.0
-    leg_min_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.45
-    leg_max_m: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.75
-    saturate: bool = False
-    stroke_margin_m: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.002
-    max_speed_m_s: Annotated[float, Meta(gt=0.0, le=10.0)] = 0.2
-    max_angular_speed_deg_s: Annotated[float, Meta(gt=0.0, le=3600.0)] = 60.0
-    max_acceleration_m_s2: Annotated[float, Meta(gt=0.0, le=100.0)] = 1.0
-    max_angular_acceleration_deg_s2: Annotated[float, Meta(gt=0.0, le=36000.0)] = 300.0
-
-    @property
-    def profile(self) -> str:
-        return "stewart"
-
-    def __post_init__(self) -> None:
-        if self.leg_max_m - self.leg_min_m <= 2 * self.stroke_margin_m:
-            raise ValueError("leg_max_m must exceed leg_min_m by more than twice stroke_margin_m")
-
-
-class StewartLimits(ReferenceLimits):
-    """``[limits]`` of a Stewart platform (its pose speeds and accelerations are in ``[robot]``)."""
 
 
 class StewartController(ReferenceController):

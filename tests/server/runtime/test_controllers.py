@@ -15,7 +15,7 @@ import pytest
 from drivers.base import Capability
 from server.config import ConfigError, Table, load_config
 from server.runtime.controllers.base import ALL_STOP_CATEGORIES, Command, Controller
-from server.runtime.controllers.registry import CONTROLLERS, controller_class
+from server.runtime.controllers.registry import CONTROLLERS, TABLES, controller_class, tables_of
 from server.runtime.robot import Robot
 from server.runtime.stage import STAGES
 from server.runtime.supervisor import Motion, OutputMode
@@ -96,6 +96,14 @@ def test_fail__a_stop_category_the_controller_cannot_carry_out_stops_start_up(mo
     with pytest.raises(ConfigError, match="'safety.link_loss_category' asks for stop category 2"):
         Robot(load_config(None, overrides={"safety": {"link_loss_category": 2}}))
     Robot(load_config(None, overrides={"safety": {"link_loss_category": 1}}))  # one it can: starts
+
+
+def test_the_tables_named_apart_from_a_controller_are_its_own() -> None:
+    # TABLES lets the launcher read an arm's tables without importing its controller (and numpy)
+    for profile, (robot, limits) in TABLES.items():
+        cls = controller_class(profile)
+        assert tables_of(profile) == (cls.robot_type, cls.limits_type), (profile, robot, limits)
+    assert set(TABLES) <= set(CONTROLLERS)
 
 
 # ---------------------------------------------------------------- a new robot kind: its controller only

@@ -10,6 +10,8 @@
 // - a released control stays "stale" until the operator lets go of it (pointer up, key up,
 //   stick back to centre): nothing resumes by itself after a reconnect, a refocus, or the
 //   robot starting while a control was held.
+// - a robot that does not take `speed` (an arm, a platform: `takesSpeed` false, from GET /api/robot →
+//   commands) gets none from any control (keys, gamepad, joystick); heartbeats and the e-stop stay.
 
 import { session } from "./session.js";
 import * as presence from "./presence.js";
@@ -37,7 +39,7 @@ function isTextEntry(el) {
   return tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA" || el.isContentEditable;
 }
 
-export function createDrive({ root, onEstop }) {
+export function createDrive({ root, onEstop, takesSpeed = true }) {
   const joyEl = root.querySelector("#joystick");
   const knob = joyEl.querySelector(".joy-knob");
   const linCap = root.querySelector("#lin-cap");
@@ -229,6 +231,7 @@ export function createDrive({ root, onEstop }) {
   }
 
   function currentInput() {
+    if (!takesSpeed) return null;
     if (joy.held && !joy.stale) return { source: "joystick", x: joy.x, y: joy.y };
     if (pad.held) return { source: "gamepad", x: pad.x, y: pad.y };
     if (keys.size) {
@@ -239,6 +242,7 @@ export function createDrive({ root, onEstop }) {
   }
 
   function sendSpeed(cmd, input = null) {
+    if (!takesSpeed) return false;
     if (session.post("speed", { linear: cmd.linear, angular: cmd.angular })) {
       moving = cmd.linear !== 0 || cmd.angular !== 0;
       const now = performance.now();

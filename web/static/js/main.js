@@ -67,16 +67,17 @@ function measure(name, startMark) {
 // ---------------------------------------------------------------------- panels
 
 const robot = readRobot();
-// An arm or a platform moves from its own panels (partials/arms.html: scheme.js, arm.js, platform.js,
-// trajectory.js); the rover's drive keys must not send speeds there. drive.js still sends the heartbeats
-// while running and owns the Space e-stop; its joystick is hidden by CSS (body.profile-*).
-if (robot.profile && robot.profile !== "rover") {
+// A robot that does not take `speed` (GET /api/robot → commands, the registry's: an arm or a platform moves
+// from its own panels, partials/arms.html) gets no speeds from the drive keys. drive.js still sends the
+// heartbeats while running and owns the Space e-stop; its joystick and sliders are hidden (body.no-speed).
+const takesSpeed = !Array.isArray(robot.commands) || robot.commands.includes("speed");
+if (!takesSpeed) {
   window.addEventListener("keydown", (e) => {
     if (/^(Arrow(Up|Down|Left|Right)|Key[WASD])$/.test(e.code)) e.stopImmediatePropagation();
   }, { capture: true });
 }
 const log = createEventLog({ list: $("#events"), panel: $("#events-panel") });
-const drive = createDrive({ root: $("#controls-panel"), onEstop: (src) => controls.estop(src) });
+const drive = createDrive({ root: $("#controls-panel"), onEstop: (src) => controls.estop(src), takesSpeed });
 const controls = createControls({
   root: $("#controls-panel"), dialog: $("#reset-dialog"), estopButton: $("#estop"), log, drive,
 });
