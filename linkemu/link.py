@@ -310,12 +310,13 @@ class Link:
         self._check_direction(direction)
         self._call(control.Blackout(on=False, direction=direction))
 
-    def stall(self, duration_s: float, direction: str = "both") -> None:
+    def stall(self, duration_s: float, direction: str = "both") -> float:
         """Hold every packet of ``direction`` for ``duration_s`` from now, then release them in order:
         nothing is lost, what was sent meanwhile arrives in a burst (a radio's link-layer retries, a
-        handover that buffers). Returns at once."""
+        handover that buffers). Returns at once: the delay line's ``time.monotonic()`` when the stall began
+        (the caller's own clock on this machine; the answer may come later than that on a loaded one)."""
         self._check_direction(direction)
-        self._call(control.Stall(duration_s=duration_s, direction=direction))
+        return float(self._call(control.Stall(duration_s=duration_s, direction=direction)).data["now"])
 
     @contextlib.contextmanager
     def dark(self, direction: str = "both") -> Iterator[None]:
