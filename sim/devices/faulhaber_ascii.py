@@ -21,11 +21,10 @@ Each drive moves a :class:`sim.devices.motor.MotorAxis` (a SCARA joint or a
 wheel): ``V`` rpm, ``LA``/``LR`` + ``M`` in encoder increments, ``SP`` max
 rpm, ``AC``/``DEC`` rev/s², ``DI`` lets the motor coast, ``GRC`` mA.
 
-Fault injection (:meth:`AsciiLine.inject`): ``drop`` (the next ``count``
-answers), ``delay`` (answers ``delay_s`` late), ``hold`` (keep answers until
-``release``), ``silent``, ``garbage``, ``unknown`` (every command answered
-``Unknown command``), ``reboot`` (drives disabled, counters zero, silent for
-``boot_s``), ``clear``.
+Fault injection (:meth:`AsciiLine.inject`): the bus's (:mod:`sim.devices.bus`:
+``drop``, ``delay``, ``hold``/``release``, ``silent``, ``garbage``, ``reboot`` —
+drives disabled, counters zero, silent for ``boot_s`` — and ``clear``) and
+``unknown`` (every command answered ``Unknown command``).
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from sim.devices.bus import SerialBus
 from sim.devices.motor import AxisMode, MotorAxis
 from sim.devices.pty import serve_forever
 
@@ -91,32 +89,21 @@ class AsciiDrive:
             m.set_speed(m.target_speed_rev_s)
 
 
-class AsciiLine:
-    """Several drives on one line; the device the pty runner serves."""
+class AsciiLine(SerialBus):
+    """Several drives on one line; the device the pty runner serves (the wire and the answers' faults:
+    :class:`sim.devices.bus.SerialBus`)."""
+
+    COUNTED = (*SerialBus.COUNTED, "unknown")
 
     def __init__(self, config: LineConfig | None = None) -> None:
-        self.config = config or LineConfig()
-        self.drives = {d.node: AsciiDrive(d) for d in self.config.drives}
-        self.rng = np.random.default_rng(self.config.seed)
-        self._buf = bytearray()
-        self._out: list[tuple[float, bytes]] = []
-        self._held: list[bytes] = []
-        self._wire_free_t = 0.0
-        self._last_t: float | None = None
-        self._silent_until = 0.0
-        self.faults: dict[str, float] = {}
+        config = config or LineConfig()
+        super().__init__(config, {d.node: AsciiDrive(d) for d in config.drives})
         self.collisions = 0
         self.lines: list[tuple[float, str]] = []  # every command line received, with its time
 
     # runner interface ------------------------------------------------------------
     def host_opened(self, now_s: float) -> None:
         """An RS232 drive does not reset when the port opens."""
-
-    def next_wakeup_s(self, now_s: float) -> float:
-        t = now_s + 0.005  # the motors' physics
-        if self._out:
-            t = min(t, self._out[0][0])
-        return t
 
     def receive(self, data: bytes, now_s: float) -> None:
         self._physics(now_s)
@@ -129,33 +116,6 @@ class AsciiLine:
                 continue
             elif len(self._buf) < _MAX_LINE:
                 self._buf.append(b)
-
-    def advance(self, now_s: float) -> bytes:
-        self._physics(now_s)
-        out = bytearray()
-        while self._out and self._out[0][0] <= now_s:
-            out += self._out.pop(0)[1]
-        return bytes(out)
-
-    # faults ------------------------------------------------------------------------
-    def inject(self, fault: str, now_s: float = 0.0, **kw: float) -> None:
-        if fault == "clear":
-            self.faults.clear()
-        elif fault in ("drop", "delay", "silent", "unknown", "hold"):
-            self.faults[fault] = float(kw.get("count", kw.get("delay_s", 1)))
-        elif fault == "release":
-            self.faults.pop("hold", None)
-            for data in self._held:
-                self._send(data, now_s)
-            self._held.clear()
-        elif fault == "garbage":
-            self._send(bytes(self.rng.integers(0, 256, int(kw.get("count", 16)), dtype=np.uint8)), now_s)
-        elif fault == "reboot":
-            for d in self.drives.values():
-                d.reset()
-            self._silent_until = now_s + float(kw.get("boot_s", self.config.boot_s))
-        else:
-            raise ValueError(f"unknown fault {fault!r}")
 
     # lines ---------------------------------------------------------------------------
     def _line(self, raw: bytes, now_s: float) -> None:
@@ -195,26 +155,9 @@ class AsciiLine:
     def _reply(self, text: str, now_s: float) -> None:
         if "unknown" in self.faults:
             text = "Unknown command"
-        if self.faults.get("drop", 0) > 0:
-            self.faults["drop"] -= 1
-            if self.faults["drop"] <= 0:
-                del self.faults["drop"]
+        if self._take("drop"):
             return
-        data = text.encode("latin-1") + b"\r\n"
-        if "hold" in self.faults:
-            self._held.append(data)
-            return
-        delay = self.config.response_delay_s + self.faults.get("delay", 0.0)
-        self._send(data, now_s + delay)
-
-    def _send(self, data: bytes, t: float) -> None:
-        baud = self.config.baudrate
-        if baud:
-            start = max(t, self._wire_free_t)
-            self._wire_free_t = start + len(data) * 10.0 / baud
-            t = self._wire_free_t
-        self._out.append((t, data))
-        self._out.sort(key=lambda x: x[0])
+        self._answer(text.encode("latin-1") + b"\r\n", now_s)
 
     def _execute(self, d: AsciiDrive, cmd: str, arg: int | None) -> str | None:
         """Run one command on a drive; the answer text, or None for no answer."""
@@ -313,11 +256,7 @@ class AsciiLine:
 
     # physics -------------------------------------------------------------------------
     def _physics(self, now_s: float) -> None:
-        if self._last_t is None:
-            self._last_t = now_s
-            return
-        dt = min(10.0, max(0.0, now_s - self._last_t))
-        self._last_t = now_s
+        dt = self._elapsed(now_s)
         if dt <= 0:
             return
         for d in self.drives.values():

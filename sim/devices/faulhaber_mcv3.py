@@ -32,8 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from sim.devices.bus import SerialBus
 from sim.devices.motor import AxisMode, MotorAxis
 from sim.devices.pty import serve_forever
 
@@ -189,21 +188,16 @@ _OBJECTS = {0x6040: (2, False, True), 0x6041: (2, False, False), 0x6060: (1, Tru
             0x6084: (4, False, True), 0x60FF: (4, True, True), 0x6078: (2, True, False)}
 
 
-class McV3Bus:
-    """Drives sharing one serial line, addressed by node number in each frame."""
+class McV3Bus(SerialBus):
+    """Drives sharing one serial line, addressed by node number in each frame (the wire and the answers'
+    faults: :class:`sim.devices.bus.SerialBus`)."""
+
+    COUNTED = (*SerialBus.COUNTED, "corrupt_crc")
 
     def __init__(self, config: McV3BusConfig | None = None) -> None:
-        self.config = config or McV3BusConfig()
-        self.drives = {d.node: McV3Drive(d) for d in self.config.drives}
-        self.rng = np.random.default_rng(self.config.seed)
-        self._buf = bytearray()
-        self._out: list[tuple[float, bytes]] = []
-        self._held: list[bytes] = []
-        self._wire_free_t = 0.0
-        self._last_t: float | None = None
-        self._silent_until = 0.0
+        config = config or McV3BusConfig()
+        super().__init__(config, {d.node: McV3Drive(d) for d in config.drives})
         self._boot_due: float | None = None
-        self.faults: dict[str, float] = {}
         self.crc_errors = 0
         self.bad_frames = 0
         self.frames: list[tuple[float, int, int, bytes]] = []  # (time, node, cmd, payload) received
@@ -212,12 +206,8 @@ class McV3Bus:
         """A USB/RS232 MC V3.0 does not reset on open."""
 
     def next_wakeup_s(self, now_s: float) -> float:
-        t = now_s + 0.005
-        if self._out:
-            t = min(t, self._out[0][0])
-        if self._boot_due is not None:
-            t = min(t, self._boot_due)
-        return t
+        t = super().next_wakeup_s(now_s)
+        return t if self._boot_due is None else min(t, self._boot_due)
 
     def receive(self, data: bytes, now_s: float) -> None:
         self._physics(now_s)
@@ -253,41 +243,22 @@ class McV3Bus:
                 continue
             self._frame(body[1], body[2], body[3:], now_s)
 
-    def advance(self, now_s: float) -> bytes:
-        self._physics(now_s)
-        if self._boot_due is not None and now_s >= self._boot_due:
+    def _due(self, now_s: float) -> None:
+        if self._boot_due is not None and now_s >= self._boot_due:  # each drive's boot-up message
             self._boot_due = None
             for node in self.drives:
                 self._send(make_frame(node, 0, b""), now_s)
-        out = bytearray()
-        while self._out and self._out[0][0] <= now_s:
-            out += self._out.pop(0)[1]
-        return bytes(out)
 
-    def inject(self, fault: str, now_s: float = 0.0, **kw: float) -> None:
-        if fault == "clear":
-            self.faults.clear()
-        elif fault in ("drop", "delay", "silent", "corrupt_crc", "hold"):
-            self.faults[fault] = float(kw.get("count", kw.get("delay_s", 1)))
-        elif fault == "release":
-            self.faults.pop("hold", None)
-            for data in self._held:
-                self._send(data, now_s)
-            self._held.clear()
-        elif fault == "garbage":
-            self._send(bytes(self.rng.integers(0, 256, int(kw.get("count", 16)), dtype=np.uint8)), now_s)
-        elif fault == "reboot":
-            for d in self.drives.values():
-                d.reset()
-            boot = float(kw.get("boot_s", self.config.boot_s))
-            self._silent_until = now_s + boot
-            self._boot_due = now_s + boot
-        elif fault == "fault":
-            for d in self.drives.values():
-                d.state = "fault"
-                d.motor.enabled = False
-        else:
-            raise ValueError(f"unknown fault {fault!r}")
+    def _reboot(self, now_s: float, boot_s: float) -> None:
+        super()._reboot(now_s, boot_s)
+        self._boot_due = now_s + boot_s
+
+    def _inject(self, fault: str, now_s: float) -> None:
+        if fault != "fault":
+            super()._inject(fault, now_s)
+        for d in self.drives.values():
+            d.state = "fault"
+            d.motor.enabled = False
 
     # frames ------------------------------------------------------------------------
     def _frame(self, node: int, cmd: int, payload: bytes, now_s: float) -> None:
@@ -353,36 +324,14 @@ class McV3Bus:
             d._apply_profile()
 
     def _reply(self, frame: bytes, now_s: float) -> None:
-        if self.faults.get("drop", 0) > 0:
-            self.faults["drop"] -= 1
-            if self.faults["drop"] <= 0:
-                del self.faults["drop"]
+        if self._take("drop"):
             return
-        if self.faults.get("corrupt_crc", 0) > 0:
-            self.faults["corrupt_crc"] -= 1
-            if self.faults["corrupt_crc"] <= 0:
-                del self.faults["corrupt_crc"]
+        if self._take("corrupt_crc"):
             frame = frame[:-2] + bytes(((frame[-2] ^ 0x5A),)) + frame[-1:]
-        if "hold" in self.faults:
-            self._held.append(frame)
-            return
-        self._send(frame, now_s + self.config.response_delay_s + self.faults.get("delay", 0.0))
-
-    def _send(self, data: bytes, t: float) -> None:
-        baud = self.config.baudrate
-        if baud:
-            start = max(t, self._wire_free_t)
-            self._wire_free_t = start + len(data) * 10.0 / baud
-            t = self._wire_free_t
-        self._out.append((t, data))
-        self._out.sort(key=lambda x: x[0])
+        self._answer(frame, now_s)
 
     def _physics(self, now_s: float) -> None:
-        if self._last_t is None:
-            self._last_t = now_s
-            return
-        dt = min(10.0, max(0.0, now_s - self._last_t))
-        self._last_t = now_s
+        dt = self._elapsed(now_s)
         if dt > 0:
             for d in self.drives.values():
                 d.step(dt)
