@@ -83,7 +83,8 @@ class CameraSource(abc.ABC):
         self.is_open = True
 
     def read(self) -> tuple[np.ndarray, float]:
-        """The next frame as an (H, W, 3) uint8 BGR array and its capture time (``time.time()``, s).
+        """The next frame as an (H, W, 3) uint8 BGR array and its capture time (``time.monotonic()``, s:
+        the clock every age on the robot computer is computed on; a wall-clock step moves no age).
 
         The frame may differ in size from :attr:`settings` when the device does
         not honour the request; the caller scales it. Raises :class:`CameraError`.

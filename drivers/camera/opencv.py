@@ -155,11 +155,11 @@ class OpenCvCamera(CameraSource):
         if cap is None:
             raise CameraError("camera is not open")
         ok = cap.grab()
-        t = time.time()
+        t = time.monotonic()
         if not ok and self.kind == "file" and self.loop_file:
             cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
             ok = cap.grab()
-            t = time.time()
+            t = time.monotonic()
         if not ok:
             if self.kind == "file":
                 raise CameraError(f"end of video file {self.device}")

@@ -62,7 +62,7 @@ class SimCamera(CameraSource):
         pose_fn: Callable[[], Mapping[str, float]],
         rng: np.random.Generator | None = None,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(settings)
         table = settings if isinstance(settings, Mapping) else {}

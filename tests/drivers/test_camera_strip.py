@@ -29,7 +29,7 @@ def test_the_strip_reads_back_after_h264_at_the_lowest_tier_and_a_2_to_1_downsca
             t = 1764460800.0 + i * 0.1
             strip.stamp(img, t)
             stamps.append(round(t * 1000) & 0xFFFFFFFF)
-            enc.offer(img, time.time(), i + 1)
+            enc.offer(img, time.monotonic(), i + 1)
             deadline = time.time() + 10
             while len(packets) < i + 1 and time.time() < deadline:
                 time.sleep(0.005)

@@ -12,6 +12,7 @@ import tomllib
 import pytest
 
 from tests.conftest import DEFAULT_CONFIG, REPO
+from tests.e2e.clocks import WallClockStepper
 from tests.e2e.modes import ADMIN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -112,30 +113,10 @@ def test_the_telemetry_age_shown_survives_wall_clock_steps(dashboard_server, ope
     wall clock back an hour at every pong (snapshots' ``t`` and pongs' ``server_t`` move together, as an NTP
     step moves them): the page's min-RTT offset then comes from a pong of another hour than the snapshot's
     ``t``, and an age from wall stamps reads an hour. From ``mono_t`` and ``server_mono`` it stays right."""
-    import json as _json
-
     server = dashboard_server()
-    steps = [0]
-
-    def shift(raw: str) -> str:
-        msg = _json.loads(raw)
-        if msg.get("type") == "pong":
-            steps[0] += 1
-            msg["server_t"] -= 3600.0 * steps[0]
-        elif msg.get("type") == "telemetry" and isinstance(msg.get("data"), dict):
-            msg["data"]["t"] -= 3600.0 * steps[0]
-        else:
-            return raw
-        return _json.dumps(msg)
-
-    def proxy(ws) -> None:
-        upstream = ws.connect_to_server()
-        upstream.on_message(lambda m: ws.send(shift(m) if isinstance(m, str) else m))
-
-    dash = open_dashboard(server, setup=lambda page: page.route_web_socket("**/ws/telemetry*", proxy))
-    # (the proxy's handlers run only while Playwright is called: the predicate pumps it)
-    wait_for(lambda: dash.page.wait_for_timeout(100) or steps[0] >= 4, 60.0,
-             "four pongs through the proxy (four clock steps)")
+    stepper = WallClockStepper()
+    dash = open_dashboard(server, setup=stepper.setup)
+    stepper.wait_steps(dash.page, 4, wait_for)
     ages = []
     for _ in range(20):
         dash.page.wait_for_function("() => /^[0-9]/.test(document.querySelector("

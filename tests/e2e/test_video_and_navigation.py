@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.e2e.clocks import WallClockStepper
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 VIDEO = {"video": {"enabled": True, "width": 320, "height": 240, "fps": 15}}
@@ -24,8 +26,12 @@ def test_mjpeg_renders_in_a_plain_img(server_factory, browser, wait_for) -> None
 
 
 def test_video_panel_streams_and_shows_fps_and_latency(dashboard_server, open_dashboard, wait_for) -> None:
+    """With the server's wall clock stepped an hour at every pong (WallClockStepper), as an NTP step would: the
+    picture's age is on the robot's monotonic clock (the frame's ``mono_t`` or the strip in the picture, against
+    the pong's ``server_mono``), so it stays a fraction of a second, never hours."""
     srv = dashboard_server(VIDEO)
-    dash = open_dashboard(srv)
+    stepper = WallClockStepper()
+    dash = open_dashboard(srv, setup=stepper.setup)
     page = dash.page
     # the panel picks its transport by itself (WebRTC, then H.264 over the websocket, then JPEG: docs/video.md);
     # whichever it took, ten decoded frames are shown (WebRTC's size is its tier's: docs/video.md)
@@ -37,6 +43,13 @@ def test_video_panel_streams_and_shows_fps_and_latency(dashboard_server, open_da
     wait_for(lambda: len(srv.get("/api/video")[1]["clients"]) >= 1, 15, "the page listed as a viewer")
     overlay = page.inner_text("#video-panel")
     assert "fps" in overlay and "ms" in overlay
+    stepper.wait_steps(page, 3, wait_for)
+    ages = []
+    for _ in range(10):  # across pongs and their steps
+        page.wait_for_function("() => Number.isFinite(window.teleopVideo.stats().latencyMs)", timeout=30000)
+        ages.append(page.evaluate("() => window.teleopVideo.stats().latencyMs"))
+        page.wait_for_timeout(200)
+    assert all(-1_000 < a < 30_000 for a in ages), f"picture ages {ages} ms: from wall-clock stamps"
     assert not dash.console_errors()
 
 

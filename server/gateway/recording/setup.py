@@ -252,12 +252,14 @@ class RecordingService:
         video = self.app.get(VIDEO_KEY)
         if video is None:
             return
+        from server.gateway.video.frames import unix_time  # loaded with the video service already
+
         want = self.cfg.video_frames and recording
         if want and self._frame_listener is None:
             recorder = self.recorder
 
             def record_frame(frame: Any) -> None:  # the capture thread: only enqueues
-                recorder.record_frame(frame.jpeg, frame.capture_t)
+                recorder.record_frame(frame.jpeg, unix_time(frame.capture_t))  # files keep Unix time
 
             self._frame_listener = record_frame
             _add_listener(video, record_frame)
@@ -268,7 +270,7 @@ class RecordingService:
         want_live = live is not None and self.obs_cfg.foxglove_video and live.subscriptions > 0
         if want_live and self._live_listener is None:
             def publish_frame(frame: Any) -> None:
-                live.publish_frame(bytes(frame.jpeg), frame.capture_t)
+                live.publish_frame(bytes(frame.jpeg), unix_time(frame.capture_t))
 
             self._live_listener = publish_frame
             _add_listener(video, publish_frame)

@@ -64,14 +64,14 @@ class EncodedPacket:
     codec: str  # "h264" | "vp8"
     tier: str
     seq: int  # the capture's frame number
-    capture_t: float  # time.time() at capture, s
-    pts: int  # capture time in CLOCK_HZ ticks (of time.time(): every tier on one time line)
+    capture_t: float  # time.monotonic() at capture, s (frames.unix_time for people and files)
+    pts: int  # capture time in CLOCK_HZ ticks (of time.monotonic(): every tier on one time line)
     keyframe: bool
     data: bytes
     width: int
     height: int
     encode_ms: float
-    encoded_t: float  # time.time() when the encoder finished it
+    encoded_t: float  # time.monotonic() when the encoder finished it
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class TierEncoder:
 
     def __init__(self, name: str, codec: str, width: int, height: int, fps: float, bitrate_bit_s: int,
                  max_bitrate_bit_s: int, settings: EncoderSettings, deliver: Callable[[EncodedPacket], None],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if codec not in ("h264", "vp8"):
             raise ValueError(f"codec must be h264 or vp8, not {codec!r}")
         self.name, self.codec, self.width, self.height, self.fps = name, codec, width, height, float(fps)

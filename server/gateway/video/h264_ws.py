@@ -14,8 +14,8 @@ WebRTC's receiver reports (:meth:`~server.gateway.video.ratecontrol.RateControll
 delivery rate, and round-trip inflation as the queueing signal.
 
 Binary frame (server → client): 4-byte big-endian header length ``n``, ``n`` bytes of JSON
-``{"type": "frame", "codec": "h264", "seq", "capture_t", "width", "height", "keyframe", "tier",
-"bytes"}``, then the access unit as length-prefixed NAL units. Client → server: ``{"type": "ack",
+``{"type": "frame", "codec": "h264", "seq", "capture_t", "mono_t", "width", "height", "keyframe", "tier",
+"bytes"}`` (``mono_t`` and ``capture_t``: the capture, monotonic and Unix, as the JPEG header's), then the access unit as length-prefixed NAL units. Client → server: ``{"type": "ack",
 "seq": n, "hold_ms", "lag_ms"}`` once frame ``n`` is decoded (``hold_ms``: arrival → decoded → ack;
 ``lag_ms``: the browser's event loop lag; both optional, the rate controller takes them out of the
 round trip). Text ``{"type": "rate", "data": {...}}`` reports the
@@ -34,6 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from server.gateway.video.encoder import EncodedPacket
+from server.gateway.video.frames import unix_time
 from server.gateway.video.nal import length_prefixed
 from server.gateway.video.ratecontrol import RateController
 from server.gateway.video.service import VideoService
@@ -49,7 +50,8 @@ RATE_REPORT_S = 1.0
 def frame_message(pkt: EncodedPacket) -> bytes:
     """The binary websocket message of one H.264 access unit (see the module docstring)."""
     body = length_prefixed(pkt.data)
-    header = json.dumps({"type": "frame", "codec": "h264", "seq": pkt.seq, "capture_t": pkt.capture_t,
+    header = json.dumps({"type": "frame", "codec": "h264", "seq": pkt.seq,
+                         "capture_t": round(unix_time(pkt.capture_t), 6), "mono_t": pkt.capture_t,
                          "width": pkt.width, "height": pkt.height, "keyframe": pkt.keyframe, "tier": pkt.tier,
                          "bytes": len(body)}, separators=(",", ":")).encode()
     return b"".join((len(header).to_bytes(4, "big"), header, body))
@@ -160,7 +162,7 @@ async def h264_sender(ws: web.WebSocketResponse, viewer: H264Viewer) -> None:
                     break
                 data = frame_message(pkt)
                 viewer.in_flight[pkt.seq] = (time.monotonic(), len(data))
-                viewer.rc.on_sent(now=time.monotonic(), nbytes=len(data), age_s=time.time() - pkt.capture_t)
+                viewer.rc.on_sent(now=time.monotonic(), nbytes=len(data), age_s=time.monotonic() - pkt.capture_t)
                 client.in_flight = pkt.seq
                 if client.in_flight_since is None:
                     client.in_flight_since = time.monotonic()

@@ -19,6 +19,7 @@ from server.gateway.hooks import HOOKS, Hooks
 from server.gateway.http import error_response, read_body
 from server.gateway.latest import StallSweeper
 from server.gateway.ratelimit import TokenBucket
+from server.gateway.video.frames import unix_time
 from server.gateway.video.h264_ws import H264Viewer, h264_sender
 from server.gateway.video.service import VideoService, VideoViewer
 from server.gateway.video.jpeg_pacing import JpegPacer, delivery_rate_bytes_s, reencode
@@ -69,7 +70,7 @@ async def _snapshot(request: web.Request) -> web.Response:
     service = request.app[VIDEO_KEY]
     f = service.latest
     fresh_s = 2.0 / max(1, service.runtime_settings()["fps"])
-    if f is None or time.time() - f.capture_t > fresh_s:  # idle camera: wake it, wait for a new frame
+    if f is None or time.monotonic() - f.capture_t > fresh_s:  # idle camera: wake it, wait for a new frame
         service.want_frames()
         deadline = time.monotonic() + 3.0
         old = f.seq if f is not None else 0
@@ -85,7 +86,8 @@ async def _snapshot(request: web.Request) -> web.Response:
     return web.Response(
         body=bytes(f.jpeg),
         content_type="image/jpeg",
-        headers={"Cache-Control": "no-store", "X-Frame-Seq": str(f.seq), "X-Capture-Time": f"{f.capture_t:.6f}"},
+        headers={"Cache-Control": "no-store", "X-Frame-Seq": str(f.seq), "X-Capture-Time": f"{unix_time(f.capture_t):.6f}",
+                 "X-Capture-Mono": f"{f.capture_t:.6f}"},
     )
 
 

@@ -305,7 +305,7 @@ class VideoService:
         # RTP timestamp and a WebRTC receiver never completed a frame
         pts = round(capture_t * CLOCK_HZ)
         self.tiers.offer_native(EncodedPacket("h264", NATIVE, seq, capture_t, pts, bool(keyframe), bytes(data),
-                                              frame.shape[1], frame.shape[0], 0.0, time.time()))
+                                              frame.shape[1], frame.shape[0], 0.0, time.monotonic()))
 
     def _declare_native(self, w: int, h: int) -> None:
         self._native_seen = True

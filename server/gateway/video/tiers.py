@@ -125,7 +125,7 @@ class Subscription:
     """One viewer's encoded stream: a queue of packets on the event loop, fresh and in order."""
 
     def __init__(self, tiers: "TierSet", codec: str, tier: str, max_age_s: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._tiers = tiers
         self.codec = codec
         self.tier = tier
@@ -260,7 +260,7 @@ class TierSet:
     capture thread."""
 
     def __init__(self, tiers: list[Tier], settings: EncoderSettings, *, idle_stop_s: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not tiers:
             raise ValueError("at least one tier is needed")
         self.configured = list(tiers)

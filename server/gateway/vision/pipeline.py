@@ -53,8 +53,9 @@ GAUGE_CHANNELS = frozenset({"vision_markers", "vision_marker_id", "vision_marker
 
 @dataclass(frozen=True)
 class VisionResult:
-    """What one frame gave. Times: ``capture_t`` Unix s (as the video frame says), ``sample_t`` the same
-    instant on the monotonic clock (what the runtime's staleness uses), ``done_t`` monotonic."""
+    """What one frame gave. Times: ``sample_t`` the capture on the monotonic clock (the video frame's
+    ``mono_t``: what the runtime's staleness uses), ``capture_t`` the same instant as Unix s (for people
+    and files), ``done_t`` monotonic."""
 
     seq: int
     capture_t: float
@@ -154,8 +155,9 @@ class VisionPipeline:
     # ------------------------------------------------------------------ per frame
     def process(self, gray: np.ndarray, small_bgr: np.ndarray | None, capture_t: float, seq: int = 0) -> VisionResult:
         """Markers in ``gray`` (H, W) uint8, the floor cue in ``small_bgr`` (the colour frame ``floor_scale``
-        times smaller; None skips it). ``capture_t`` is the frame's Unix time."""
-        sample_t = capture_t - (self.wall_clock() - self.clock())  # the same instant, monotonic
+        times smaller; None skips it). ``capture_t`` is the frame's capture on the monotonic clock."""
+        sample_t = capture_t
+        capture_t = sample_t + (self.wall_clock() - self.clock())  # the same instant as Unix time
         h, w = gray.shape[:2]
         markers, n = self.detector.detect(gray, self.camera)
         fix = self._fix(markers)

@@ -94,7 +94,7 @@ def make_track(on_sent: Callable[[int, float], None] | None = None) -> Any:
             pkt = await self.sub.get()
             self.last_pts = pkt.pts
             if on_sent is not None:
-                on_sent(len(pkt.data), time.time() - pkt.capture_t)  # its age at the handoff: our own lateness
+                on_sent(len(pkt.data), time.monotonic() - pkt.capture_t)  # its age at the handoff: our own lateness
             packet = av.Packet(pkt.data)
             packet.pts = pkt.pts
             packet.dts = pkt.pts

@@ -44,7 +44,7 @@ class PatternCamera(CameraSource):
         s = self.settings
         frame = np.full((s.height, s.width, 3), (40, 90, 160), np.uint8)
         cv2.putText(frame, str(self.n), (4, s.height - 6), cv2.FONT_HERSHEY_SIMPLEX, 0.6, (255, 255, 255), 1)
-        return frame, time.time()
+        return frame, time.monotonic()
 
     def _close(self) -> None:
         pass
@@ -241,7 +241,9 @@ async def test_frames_are_jpegs_of_the_configured_size_in_sequence(video_server)
         assert header["type"] == "frame"
         assert (header["width"], header["height"], header["bytes"]) == (160, 120, len(jpeg))
         assert decode(jpeg).shape == (120, 160, 3)
-        assert header["capture_t"] == pytest.approx(time.time(), abs=5.0)
+        # the capture on the robot's monotonic clock (ages), and the same instant as Unix time (people, files)
+        assert header["mono_t"] == pytest.approx(time.monotonic(), abs=5.0)
+        assert header["capture_t"] == pytest.approx(time.time() - (time.monotonic() - header["mono_t"]), abs=0.5)
         seqs.append(header["seq"])
     assert seqs == sorted(seqs) and len(set(seqs)) == 5
     assert v.statuses and v.statuses[0]["settings"] == {"width": 160, "height": 120, "fps": 60, "quality": 70}

@@ -237,7 +237,7 @@ async function loadVideo() {
   try {
     const mod = await import("./video.js");
     placeholder.remove();
-    video = mod.createVideoPanel(slot, { clockOffset: clockOffsetMs }) || null;
+    video = mod.createVideoPanel(slot, { clockOffset: () => session.monoOffsetMs }) || null;
     if (video && video.setState && !session.connected) video.setState(null);
   } catch (err) {
     placeholder.textContent = "Video is not available.";

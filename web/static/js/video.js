@@ -9,8 +9,9 @@
 // The bar under the picture says which one runs and why (what failed before it), and lets the operator
 // force one (remembered in localStorage "teleop.video.transport").
 //
-// The age of the picture, capture → displayed, on the robot's clock (clockOffset() = robot − client, ms):
-// read from the capture-time strip in the picture itself when the camera draws one (the sim camera:
+// The age of the picture, capture → displayed, on the robot's monotonic clock (clockOffset() = robot's
+// monotonic clock − this page's clock, ms, from the telemetry socket's pong; null until the first pong: no age
+// is shown until then), so a wall-clock step on either side moves no age. Read from the capture-time strip in the picture itself when the camera draws one (the sim camera:
 // video/strip.js), else from the frame's capture stamp (JPEG and H.264 headers; WebRTC: the RTP
 // timestamp and the clock the server sends). Over 0.5 s the picture says DELAYED; with no new picture
 // for 1 s it greys out and says for how long ("frozen"), so no freeze goes unannounced. The first picture of
@@ -21,7 +22,7 @@
 // switch (remembered in localStorage) opens /ws/vision and draws each result over the picture in an
 // SVG whose viewBox is the frame's pixels. A result older than VISION_STALE_MS is hidden.
 //
-// API: const panel = createVideoPanel(container, { clockOffset: () => ms });
+// API: const panel = createVideoPanel(container, { clockOffset: () => ms | null });
 //   panel.setState(null | {...})   grey out / back: reconnect now if the video is down
 //   panel.stats()                  {transport, mode, why, frames, fps, latencyMs, ageSource, width, height, ...}
 //   panel.ages(from)               glass-to-glass ages (ms) recorded since index `from` (bench, tests)
@@ -242,7 +243,7 @@ function setText(node, text) {
   if (node.textContent !== text) node.textContent = text;
 }
 
-export function createVideoPanel(container, { clockOffset = () => 0, url = null } = {}) {
+export function createVideoPanel(container, { clockOffset = () => null, url = null } = {}) {
   const root = el("figure", "vp vp-disconnected", { "aria-label": "Robot camera" });
   const frame = el("div", "vp-frame");
   const video = el("video", "vp-media vp-webrtc", { muted: "", playsinline: "", autoplay: "" });
@@ -372,14 +373,18 @@ export function createVideoPanel(container, { clockOffset = () => 0, url = null 
   function shown(f) {
     const t = nowMs();
     if (markNext) markReconnect(lastFrameAt ? t - lastFrameAt : null);
-    const robotNow = f.displayMs + (Number(clockOffset()) || 0);
+    const offset = clockOffset();
+    const synced = offset !== null && offset !== undefined && Number.isFinite(Number(offset));
+    const robotNow = synced ? f.displayMs + Number(offset) : NaN;
     let age = null;
     let src = null;
-    const strip = readStrip(f.source, f.width || f.source.videoWidth || f.source.naturalWidth,
+    const strip = !synced ? null : readStrip(f.source, f.width || f.source.videoWidth || f.source.naturalWidth,
       f.height || f.source.videoHeight || f.source.naturalHeight);
     if (strip !== null) {
       age = robotNow - unwrapMs(strip, robotNow);
       src = "strip";
+    } else if (!synced) {
+      // no pong yet: no age rather than one on another clock
     } else if (Number.isFinite(f.captureMs)) {
       age = robotNow - f.captureMs;
       src = "stamp";

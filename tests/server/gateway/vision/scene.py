@@ -42,7 +42,7 @@ def frame(pose: dict, world: World = WORLD, intrinsics: CameraIntrinsics = K, qu
 
 def process(pipe: VisionPipeline, pose: dict, **kw):
     """Decode and process one rendered frame as the worker does."""
-    return VisionWorker(pipe, 10.0).run_once(frame(pose, **kw), time.time())
+    return VisionWorker(pipe, 10.0).run_once(frame(pose, **kw), time.monotonic())
 
 
 def sweep_poses(step: float = 0.6) -> list[dict]:

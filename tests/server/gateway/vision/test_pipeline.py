@@ -204,7 +204,7 @@ def test_fail__undecodable_frames_are_counted_and_the_worker_goes_on(data, messa
     assert worker.run_once(data, time.time()) is None
     stats = worker.stats()
     assert stats["errors"] == 1 and message in stats["last_error"]
-    assert worker.run_once(frame({"x": 3.0, "y": 2.0, "yaw": 0.0}), time.time()).markers
+    assert worker.run_once(frame({"x": 3.0, "y": 2.0, "yaw": 0.0}), time.monotonic()).markers
     assert worker.stats()["last_error"] is None
 
 

@@ -75,14 +75,14 @@ def test_channels_are_declared_before_measurements_and_again_on_a_new_runtime_co
             await until(lambda: svc.declares == 1)
             assert len(video.frame_listeners) == 1  # the worker is fed by the camera now
             declared = rt.requests[0]
-            svc.worker.run_once(frame(START), time.time(), 1)
+            svc.worker.run_once(frame(START), time.monotonic(), 1)
             await until(lambda: rt.notified)
             rt.connected, rt.connects = False, 2  # the runtime restarts: nothing goes out meanwhile
-            svc.worker.run_once(frame(START), time.time(), 2)
+            svc.worker.run_once(frame(START), time.monotonic(), 2)
             await until(lambda: svc.not_sent == 1)
             rt.connected = True
             await until(lambda: svc.declares == 2)
-            svc.worker.run_once(frame(START), time.time(), 3)
+            svc.worker.run_once(frame(START), time.monotonic(), 3)
             await until(lambda: len(rt.notified) == 2)
             return declared, rt.notified, svc, video
         finally:
@@ -113,7 +113,7 @@ def test_results_reach_the_event_loop_latest_wins() -> None:
         try:
             await until(lambda: svc.declares == 1)
             jpeg = frame(START)
-            results = [svc.worker.pipeline.process(*svc.worker._decode(jpeg), time.time(), seq)  # noqa: SLF001
+            results = [svc.worker.pipeline.process(*svc.worker._decode(jpeg), time.monotonic(), seq)  # noqa: SLF001
                        for seq in range(1, 6)]
             for r in results:  # five results before the loop runs once: only the newest goes out
                 svc._on_result(r)  # noqa: SLF001

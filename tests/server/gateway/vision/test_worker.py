@@ -45,7 +45,7 @@ def test_frames_offered_while_busy_are_superseded_and_only_the_newest_is_process
     jpeg = frame(START)
     worker.start()
     try:
-        worker.offer_raw(np.zeros((480, 640, 3), np.uint8), time.time(), seq=1)
+        worker.offer_raw(np.zeros((480, 640, 3), np.uint8), time.monotonic(), seq=1)
         assert gate.entered.wait(10)
         for seq in range(2, 12):  # ten frames while frame 1 is in the pipeline
             worker._put(jpeg, time.time(), seq)
@@ -123,7 +123,7 @@ def test_bad_frames_are_counted_and_the_thread_keeps_going():
     try:
         worker._put(b"not a jpeg", time.time(), 1)
         wait_until(lambda: worker.stats()["errors"] == 1, 10, "error counted")
-        worker._put(frame(START), time.time(), 2)
+        worker._put(frame(START), time.monotonic(), 2)
         wait_until(lambda: results, 10, "the next good frame")
     finally:
         worker.stop()
@@ -141,7 +141,7 @@ def test_a_failing_consumer_does_not_stop_the_worker():
     worker.start()
     try:
         for seq in (1, 2):
-            worker._put(frame(START), time.time(), seq)
+            worker._put(frame(START), time.monotonic(), seq)
             wait_until(lambda: seq in calls, 10, f"frame {seq}")
     finally:
         worker.stop()

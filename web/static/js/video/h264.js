@@ -67,7 +67,7 @@ export function startH264({ canvas, onFrame, onText, onFail }) {
       st.frames += 1;
       if (header) {
         onFrame({ source: canvas, width: canvas.width, height: canvas.height, displayMs: performance.timeOrigin + performance.now(),
-          captureMs: header.capture_t * 1000, header });
+          captureMs: header.mono_t * 1000, header });
         ack(header.seq, performance.now() - header.arrivedAt);
       }
     },
@@ -124,7 +124,7 @@ export function startH264({ canvas, onFrame, onText, onFail }) {
       ack(header.seq, performance.now() - arrivedAt);
       return;
     }
-    const ts = Math.round(header.capture_t * 1e6);
+    const ts = Math.round(header.mono_t * 1e6);
     pending.set(ts, header);
     if (pending.size > 64) pending.delete(pending.keys().next().value);
     decoder.decode(new EncodedVideoChunk({ type: header.keyframe ? "key" : "delta", timestamp: ts, data: body }));

@@ -56,7 +56,7 @@ export function startJpeg({ img, url, onFrame, onText, onClose }) {
       if (ok) {
         st.frames += 1;
         onFrame({ source: img, width: header.width, height: header.height,
-          displayMs: performance.timeOrigin + performance.now(), captureMs: header.capture_t * 1000, header });
+          displayMs: performance.timeOrigin + performance.now(), captureMs: header.mono_t * 1000, header });
       } else {
         st.errors += 1;
       }
