@@ -80,7 +80,7 @@ def port_free(host: str, port: int) -> bool:
 _SERVERS: list["ServerProc"] = []
 _LIVE: "weakref.WeakSet[ServerProc]" = weakref.WeakSet()
 
-_LISTENING = re.compile(r"teleop listening on http://\S+?:(\d+)")
+_LISTENING = re.compile(r"teleop listening on https?://\S+?:(\d+)")
 
 
 class ServerProc:

@@ -169,17 +169,10 @@ def test_replay_serves_over_tls_as_the_live_server_does(recording, tmp_path):
     # [auth] TLS keys give a replay on https, its self-signed certificate made on first use
     cert, key = tmp_path / "tls" / "cert.pem", tmp_path / "tls" / "key.pem"
     config = write_config(tmp_path, {"auth": {"tls_cert": str(cert), "tls_key": str(key), "tls_self_signed": True}})
-    proc = subprocess.Popen([sys.executable, "-m", "server", "replay", str(recording), "--config", str(config),
-                             "--port", "0", "--paused"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    replay = ReplayProc(recording, config, "--paused").start()  # its output read by a thread, with a deadline
     try:
-        lines: list[str] = []
-        for line in proc.stdout:  # ends when the process does: a replay that exits fails here, with its output
-            lines.append(line)
-            if "teleop listening on " in line:
-                break
-        url = lines[-1].split()[-1] if lines else ""
-        assert url.startswith("https://"), "".join(lines)
+        url = replay.log_line("teleop listening on ").split()[-1]
+        assert url.startswith("https://"), "".join(replay.output)
         assert cert.exists() and oct(key.stat().st_mode & 0o777) == "0o600"
         context = ssl.create_default_context(cafile=str(cert))
         context.check_hostname = False  # the certificate names the machine; the test reaches it on 127.0.0.1
@@ -189,5 +182,4 @@ def test_replay_serves_over_tls_as_the_live_server_does(recording, tmp_path):
         with pytest.raises((urllib.error.URLError, ConnectionError)):  # no plain http beside it (closed)
             urllib.request.urlopen(url.replace("https://", "http://") + "/api/replay", timeout=30)
     finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
+        replay.stop()
