@@ -112,7 +112,7 @@ async def get_telemetry_stats(request: web.Request) -> web.Response:
     by_stream = hub.runtime_drops()
     clients = [{"peer": c.peer, "sent": c.sent, "direct": c.direct, "compressed": bool(c.ws.compress),
                 "dropped": c.dropped, "expired": c.expired,
-                "refused": c.bucket.refused if c.bucket is not None else 0, **c.subscription_json(),
+                "refused": c.bucket.refused if c.bucket is not None else 0, "tcp": c.tcp, **c.subscription_json(),
                 **(c.stream.to_json(by_stream) if c.stream is not None else {})} for c in list(hub.clients)]
     rt = request.app[RUNTIME]
     return web.json_response({**hub.stats(), "per_client": clients,

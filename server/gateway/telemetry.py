@@ -136,6 +136,7 @@ class TelemetryClient(LatestWriter[Frames]):
         self.decimated = 0  # snapshots skipped to keep to its rate_hz (not ``dropped``: never meant for it)
         self.keyframes = 0
         self.bytes_sent = 0  # telemetry message bytes of its subscription (before any compression)
+        self.tcp: dict[str, Any] | None = None  # the kernel's measure of its socket (ws_telemetry.tcp_report)
         self._next_due = 0.0
         self._tolerance_s = 0.5 / max(source_rate_hz, 1e-3)  # half a snapshot period: jitter never skips one
         self._last: dict[str, Any] | None = None  # the delta encoding's base: the part last sent

@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from server.errors import ApiError, MalformedError, ValidationError
+from server.gateway import tcpinfo
 from server.gateway.admission import ADMISSION
 from server.gateway.commands import DISPATCHER, Charge, principal_of
 from server.gateway.estop import looks_like_estop
@@ -142,12 +143,32 @@ async def close_for_flooding(app: web.Application, ws: web.WebSocketResponse, cl
 
 async def drive_sync(client: TelemetryClient) -> None:
     """The server's side of the clock-sync exchange (:mod:`server.gateway.link`): a ``sync`` when one is due, as a
-    priority message (it never waits behind a snapshot, or the round trip it measures would be the queue's)."""
+    priority message (it never waits behind a snapshot, or the round trip it measures would be the queue's). Each
+    carries what this end's kernel measures of the socket (:func:`tcp_report`), the page's loss estimate: TCP
+    hides its retransmissions from both applications."""
     clock = client.stream.clock
+    sock = client.transport.get_extra_info("socket") if client.transport is not None else None
+    meter = tcpinfo.RetransMeter()
     while not client.closed:
         if clock.due():
-            client.send_control(clock.ping())
+            msg = clock.ping()
+            client.tcp = tcp_report(sock, meter)
+            if client.tcp is not None:
+                msg["tcp"] = client.tcp
+            client.send_control(msg)
         await asyncio.sleep(0.05)
+
+
+def tcp_report(sock: Any, meter: tcpinfo.RetransMeter) -> dict[str, Any] | None:
+    """``{"rtt_ms", "rttvar_ms", "retrans_pct", "retrans"}``: the kernel's smoothed round trip and its variation,
+    the share of the bytes sent over the last few syncs that were retransmissions (None until two readings,
+    or while nothing was sent) and the segments retransmitted since the socket opened. None: no TCP socket."""
+    info = tcpinfo.read(sock)
+    if info is None:
+        return None
+    share = meter.update(info)
+    return {"rtt_ms": round(info.rtt_s * 1e3, 1), "rttvar_ms": round(info.rttvar_s * 1e3, 1),
+            "retrans_pct": None if share is None else round(100.0 * share, 2), "retrans": info.total_retrans}
 
 
 def set_notsent_lowat(request: web.Request, nbytes: int) -> None:

@@ -88,6 +88,10 @@ def test_the_link_panel_shows_the_telemetry_in_use_and_no_video_figures_without_
     assert kbit > 0.5, kbit  # 20 snapshots a second of JSON
     for name in ("video_kbit", "video_age", "video_loss"):
         assert dash.page.inner_text(field.format(name)) == "—", name
+    # the telemetry socket's resent share, as the robot's kernel counts it (a number once two syncs have come)
+    dash.page.wait_for_function("(sel) => /^[0-9]/.test(document.querySelector(sel).textContent)",
+                                arg=field.format("tcp_retrans"), timeout=30000)
+    assert 0.0 <= float(dash.page.inner_text(field.format("tcp_retrans"))) <= 100.0
     # the verdict's thresholds come from the robot description (config: telemetry.link_degraded_ms, link_bad_ms)
     assert dash.js("() => window.teleop.session.robot.link_verdict_ms") == {"degraded": 150, "bad": 400}
     verdicts = dash.js("""async () => { const { verdict } = await import('/static/js/link.js');

@@ -212,7 +212,8 @@ def test_a_0_4_s_stall_drops_the_buffered_commands_older_than_the_limit_and_appl
 
 def test_chromium_over_bad_shows_the_link_panel_and_the_governor_badge(linked_server, operator_browser) -> None:
     """The dashboard on the ``bad`` link (150 ms each way, 1 Mbit/s, 5 % loss): the link panel shows a measured round
-    trip and a verdict that is not "good", the page's stamps are synced; once it drives (start: its stamped
+    trip, the telemetry socket's retransmissions (its loss estimate) and a verdict that is not "good", the page's
+    stamps are synced; once it drives (start: its stamped
     heartbeats feed the governor, round trip ≥ 300 ms > 250 ms) the top bar says the speed is capped; and once the
     link recovers (``lan``) the badge goes away."""
     from tests.linkemu.plugin import log_in
@@ -234,6 +235,9 @@ def test_chromium_over_bad_shows_the_link_panel_and_the_governor_badge(linked_se
                            "document.querySelector('#link-panel [data-field=verdict]').innerText)", timeout=60_000)
     rtt = float(page.locator("#link-panel [data-field=rtt]").inner_text())
     assert rtt >= 2 * 0.150 * 1000, rtt  # crossed the link both ways
+    # the loss estimate: the robot's TCP resends part of the telemetry at 5 % loss (the page cannot see it itself)
+    page.wait_for_function("() => parseFloat(document.querySelector('#link-panel [data-field=tcp_retrans]')"
+                           ".innerText) > 0", timeout=60_000)
     page.locator("#btn-start").click(timeout=30_000)
     page.wait_for_function("() => !document.querySelector('#governor-badge').hidden", timeout=60_000)
     assert "speed capped: link" in page.locator("#governor-badge").inner_text()

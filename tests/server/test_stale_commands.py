@@ -68,6 +68,8 @@ def test_a_stale_speed_is_dropped_and_counted_a_fresh_one_applied_whatever_the_c
         mine = [s for s in stats if s.get("synced")]
         assert len(mine) == 1 and mine[0]["stale_dropped"] == 1 and mine[0]["reordered_dropped"] == 0, stats
         assert abs(mine[0]["offset_ms"] / 1000 - clock_offset_s) < 1.0, mine  # the offset, measured
+        tcp = mine[0]["tcp"]  # what the server's kernel measures of the socket (sent with every sync)
+        assert tcp is not None and tcp["rtt_ms"] >= 0 and tcp["rttvar_ms"] >= 0 and tcp["retrans"] >= 0, mine
         # a fresh command's age, the hour measured away: what is left is the sync's error (half a round trip at
         # most), so a few tenths of a millisecond below zero on a loaded machine (-0.3 ms in a fresh-clone run)
         assert -100 < mine[0]["command_age_ms"] < 1000, mine

@@ -16,8 +16,6 @@ the event loop). ``GET /api/video``'s clients show each viewer's rung (``jpeg``)
 from __future__ import annotations
 
 import collections
-import socket
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from server.gateway import tcpinfo
 from server.gateway.video.frames import EncodedFrame, encode_frame
 
 WINDOW_S = 2.0  # the duty is measured over this much of the recent past
@@ -48,13 +47,8 @@ MIN_QUALITY = 20
 
 def delivery_rate_bytes_s(sock: Any) -> float | None:
     """The kernel's delivery-rate estimate for a TCP socket (``tcpi_delivery_rate``, bytes/s; None: unknown)."""
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
-    except (OSError, AttributeError, ValueError):
-        return None
-    if len(info) < 168:
-        return None
-    return float(struct.unpack_from("Q", info, 160)[0]) or None
+    info = tcpinfo.read(sock)
+    return (info.delivery_rate_bytes_s or None) if info is not None else None
 
 
 class JpegPacer:

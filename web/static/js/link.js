@@ -8,7 +8,8 @@
 // - the latency governor: the snapshot's link.governor ("speed capped: link 420 ms" in the top bar);
 // - video age (capture → shown, the video panel's) and what this page receives, per stream: telemetry (its JSON,
 //   socket and data channel) and video (the transport's bytes), kbit/s over the last second or more; the video's
-//   RTP loss (WebRTC only: a websocket's TCP hides its retransmissions from the page);
+//   RTP loss (WebRTC only: a websocket's TCP hides its retransmissions from the page); and the telemetry
+//   socket's retransmitted share as the robot's kernel counts it (each server sync carries it: session.tcpLink);
 // - a verdict, good / degraded / bad, from the round trip and the telemetry age (thresholds from the robot
 //   description, in config: docs/networks.md).
 
@@ -115,6 +116,8 @@ export function createLinkPanel({ root, badge, video = () => null }) {
     setText(f.telemetry_age, ageMs === null ? "—" : formatNumber(ageMs, 0));
     setText(f.stale, String(session.commandsDropped.stale));
     setText(f.reordered, String(session.commandsDropped.reordered));
+    const tcp = session.tcpLink;
+    if (f.tcp_retrans) setText(f.tcp_retrans, tcp && Number.isFinite(tcp.retrans_pct) ? formatNumber(tcp.retrans_pct, 1) : "—");
     if (f.telemetry_kbit) showStreams(performance.now());
     setText(f.sync, session.syncs >= 2 ? "synced" : "not synced (arrival-time rules)");
     if (f.telemetry_via) setText(f.telemetry_via, session.telemetryVia);

@@ -54,6 +54,7 @@ export class Session {
     this.clockOffsetMs = null;     // server − client, from the min-RTT ping
     this.monoOffsetMs = null;      // server monotonic − client, from the same ping (ages: an NTP step moves neither)
     this.offsetSamples = [];
+    this.tcpLink = null;           // the last sync's "tcp": the robot's kernel's measure of this socket
     this.robot = null;
     this.latest = null;
     this.dropped = { last: 0, total: 0 };
@@ -226,6 +227,7 @@ export class Session {
     this.ws = ws;
     ws.onopen = () => {
       this.lastRxMs = performance.now();
+      this.tcpLink = null;  // a new socket: the last one's figures are not this one's
     };
     ws.onmessage = (e) => {
       if (ws !== this.ws) return;
@@ -401,6 +403,9 @@ export class Session {
   _onSync(msg) {
     // The server's clock-sync exchange (server/gateway/link.py): our receive and send times on the clock our
     // sent_t uses. Silent while the operator is away, like pings (an answer keeps the login session alive).
+    // Each carries the robot's kernel's measure of this socket (rtt_ms, rttvar_ms, retrans_pct, retrans): the
+    // link panel's loss estimate, since TCP hides its retransmissions from the page.
+    if (msg.tcp && typeof msg.tcp === "object") this.tcpLink = msg.tcp;
     const ws = this.ws;
     if (!presence.isActive() || !ws || ws.readyState !== WebSocket.OPEN || !Number.isFinite(msg.t1)) return;
     const t2 = performance.now() / 1000;
