@@ -120,6 +120,7 @@ def test_the_telemetry_age_shown_survives_wall_clock_steps(dashboard_server, ope
     server = dashboard_server()
     stepper = WallClockStepper()
     dash = open_dashboard(server, setup=stepper.setup)
+    stepper.tolerate(dash)
     stepper.wait_steps(dash.page, 4, wait_for)
     ages = []
     for _ in range(20):

@@ -32,6 +32,7 @@ def test_video_panel_streams_and_shows_fps_and_latency(dashboard_server, open_da
     srv = dashboard_server(VIDEO)
     stepper = WallClockStepper()
     dash = open_dashboard(srv, setup=stepper.setup)
+    stepper.tolerate(dash)
     page = dash.page
     # the panel picks its transport by itself (WebRTC, then H.264 over the websocket, then JPEG: docs/video.md);
     # whichever it took, ten decoded frames are shown (WebRTC's size is its tier's: docs/video.md)
@@ -40,7 +41,10 @@ def test_video_panel_streams_and_shows_fps_and_latency(dashboard_server, open_da
         " return ['webrtc', 'h264', 'jpeg'].includes(s.transport) && s.frames >= 10 && s.width > 0; }",
         timeout=45000)
     # and the server counts this page among its viewers
-    wait_for(lambda: len(srv.get("/api/video")[1]["clients"]) >= 1, 15, "the page listed as a viewer")
+    # (each poll pumps Playwright: the proxy forwards the server's messages only then, and a page that hears
+    # nothing for 3 s closes its socket)
+    wait_for(lambda: page.wait_for_timeout(50) or len(srv.get("/api/video")[1]["clients"]) >= 1, 15,
+             "the page listed as a viewer")
     overlay = page.inner_text("#video-panel")
     assert "fps" in overlay and "ms" in overlay
     stepper.wait_steps(page, 3, wait_for)
