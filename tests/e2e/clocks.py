@@ -31,10 +31,12 @@ class WallClockStepper:
         upstream = ws.connect_to_server()
         upstream.on_message(lambda m: ws.send(self.shift(m) if isinstance(m, str) else m))
 
-    #: what Playwright's in-page socket mock throws when the page sends on it while the real socket behind it
-    #: (``connect_to_server``) is already closing: the mock still says OPEN, so session.js's ``readyState`` check
-    #: cannot see it. A fresh-clone run failed its teardown on it once, as the context closed (the page's WebRTC
-    #: peer closed, then the error): the proxy's artefact, not the page's code
+    #: what Playwright's socket mock throws on a send to a socket that is closing or closed. With a websocket
+    #: route installed, *every* WebSocket of the page is that mock (not only the routed one), and where
+    #: Chromium's own WebSocket only logs such a send, the mock throws: an uncaught error. A fresh-clone run
+    #: failed its teardown on it once, as the context closed (the page's WebRTC peer closing). The page's sends
+    #: check ``readyState`` (webrtc.js's offer did not, now does); what is left to tolerate is the mock's
+    #: stricter rule in the page's last moments
     MOCK_CLOSED_ERROR = "WebSocket is already in CLOSING or CLOSED state."
 
     def setup(self, page) -> None:

@@ -89,7 +89,8 @@ export function startWebRtc({ video, session, onFrame, onRate = () => {}, onFail
       pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === "complete") resolve(); };
       setTimeout(resolve, GATHER_MS);
     });
-    if (!closed) ws.send(JSON.stringify({ type: "offer", sdp: pc.localDescription.sdp }));
+    // the socket may have closed while ICE gathered (the page leaving, the server gone): its onclose handles that
+    if (!closed && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "offer", sdp: pc.localDescription.sdp }));
   }
 
   ws.onmessage = async (ev) => {
